@@ -1,0 +1,102 @@
+// Event types that cross stage boundaries. Every stage reads and writes only
+// these shapes, so a stage can be tested alone with fixtures of them.
+
+/** Which process a socket event belongs to, as far as the agent knows. */
+export interface ProcessIdentity {
+  pid: number;
+  tid: number;
+  /** The task's comm (kernel `comm`, at most 15 bytes). */
+  process: string;
+  namespace: string;
+  pod: string;
+  container: string;
+  /** Owner workload of the pod (e.g. the Deployment); "" outside Kubernetes. */
+  controller: string;
+}
+
+export type LossCause =
+  | "write_failed"
+  | "zero_byte_write"
+  | "connect_failed"
+  | "connection_reset"
+  | "connection_closed_unanswered"
+  | "http_rejected";
+
+export type ConnectionLossReason = "reset" | "timeout" | "closed_unanswered";
+
+/** A failure seen by the kernel on a socket whose peer is an apiserver. */
+export interface SocketEvent {
+  /** CLOCK_MONOTONIC nanoseconds of the failure, from the kernel. */
+  kernelTimeNs: bigint;
+  pid: number;
+  tid: number;
+  process: string;
+  /** write, writev, sendto, sendmsg, connect; "unknown" when the kernel path does not say. */
+  syscall: string;
+  /** Negative errno or the byte count the syscall returned. */
+  ret: number;
+  /** Symbolic errno (EPIPE) or null for a zero-byte write. */
+  errno: string | null;
+  /** Bytes the caller asked to send, when known. */
+  bytes: number | null;
+  /** Peer as "addr:port" ("[v6]:port" for IPv6). */
+  apiserver: string;
+  cause: LossCause;
+  /** For connection deaths: bytes written and never answered, and for how long. */
+  unansweredBytes: number | null;
+  unansweredForMs: number | null;
+  /** TCP retransmits on this connection shortly before it died. */
+  retransmits: number | null;
+}
+
+export interface ReconcileRef {
+  controller: string | null;
+  namespace: string | null;
+  name: string | null;
+  kind: string | null;
+}
+
+export interface RequestRef {
+  method: string | null;
+  path: string | null;
+  status_code: number | null;
+}
+
+export type Noticed = "yes" | "no" | "unknown";
+export type Correlation = "span" | "ambiguous" | "none";
+
+export interface CandidateSpan {
+  trace_id: string;
+  span_id: string;
+  reconcile: ReconcileRef | null;
+  request: RequestRef | null;
+}
+
+/** The loss event of the public contract (DESIGN.md): JSON on /events, log lines, tail. */
+export interface LossEvent {
+  kind: "status_write_lost";
+  time: string;
+  node: string;
+  namespace: string | null;
+  pod: string | null;
+  container: string | null;
+  process: string | null;
+  pid: number | null;
+  tid: number | null;
+  cause: LossCause;
+  syscall: string | null;
+  errno: string | null;
+  ret: number | null;
+  bytes: number | null;
+  apiserver: string | null;
+  noticed: Noticed;
+  correlation: Correlation;
+  trace_id: string | null;
+  span_id: string | null;
+  reconcile: ReconcileRef | null;
+  request: RequestRef | null;
+  unanswered_bytes: number | null;
+  unanswered_for_ms: number | null;
+  retransmits: number | null;
+  candidates?: CandidateSpan[];
+}
