@@ -1,0 +1,129 @@
+// JSON lines: the loss-event log (one line per event, the DESIGN.md schema)
+// and the agent's own small logger. Bad input from outside is logged, never
+// thrown, and a flood of the same complaint must not flood the log: the
+// rate-limited forms print a key at most once per interval and say how many
+// they held back.
+import type { LossEvent } from "../model.ts";
+import type { AgentMetrics } from "./metrics.ts";
+
+export type LogLevel = "info" | "warn" | "error";
+export type LogFields = Record<string, unknown>;
+
+export interface Logger {
+  info(msg: string, fields?: LogFields): void;
+  warn(msg: string, fields?: LogFields): void;
+  error(msg: string, fields?: LogFields): void;
+  /** Warns under `key` at most once per interval; the next line carries `suppressed: N`. */
+  warnRateLimited(key: string, msg: string, fields?: LogFields): void;
+  /** Warns under `key` once for the life of the logger (bounded by `maxKeys`). */
+  warnOnce(key: string, msg: string, fields?: LogFields): void;
+}
+
+export interface LoggerOptions {
+  /** Interval of warnRateLimited, per key. Default 60 s. */
+  intervalMs?: number;
+  /** Keys remembered by warnRateLimited and warnOnce; the oldest is forgotten past it. Default 1024. */
+  maxKeys?: number;
+  /** Clock in milliseconds, for tests. Default Date.now. */
+  now?: () => number;
+}
+
+interface KeyState {
+  lastLoggedMs: number;
+  suppressed: number;
+}
+
+export function createLogger(out: NodeJS.WritableStream, opts: LoggerOptions = {}): Logger {
+  const intervalMs = opts.intervalMs ?? 60_000;
+  const maxKeys = opts.maxKeys ?? 1024;
+  const now = opts.now ?? Date.now;
+  const rateLimited = new Map<string, KeyState>();
+  const onceKeys = new Set<string>();
+
+  function line(level: LogLevel, msg: string, fields?: LogFields): void {
+    const record = { level, time: new Date(now()).toISOString(), msg, ...fields };
+    let text: string;
+    try {
+      text = JSON.stringify(record, jsonSafe);
+    } catch {
+      // A cyclic field must not turn a warning into a crash.
+      text = JSON.stringify({ level, time: record.time, msg, fields: "unserialisable" });
+    }
+    out.write(text + "\n");
+  }
+
+  function remember<K, V>(map: Map<K, V>, key: K, value: V): void {
+    if (!map.has(key) && map.size >= maxKeys) {
+      const oldest = map.keys().next();
+      if (oldest.done !== true) map.delete(oldest.value);
+    }
+    map.set(key, value);
+  }
+
+  return {
+    info: (msg, fields) => line("info", msg, fields),
+    warn: (msg, fields) => line("warn", msg, fields),
+    error: (msg, fields) => line("error", msg, fields),
+    warnRateLimited(key, msg, fields) {
+      const t = now();
+      const state = rateLimited.get(key);
+      if (state !== undefined && t - state.lastLoggedMs < intervalMs) {
+        state.suppressed++;
+        return;
+      }
+      const suppressed = state?.suppressed ?? 0;
+      remember(rateLimited, key, { lastLoggedMs: t, suppressed: 0 });
+      line("warn", msg, suppressed > 0 ? { ...fields, suppressed } : fields);
+    },
+    warnOnce(key, msg, fields) {
+      if (onceKeys.has(key)) return;
+      if (onceKeys.size >= maxKeys) {
+        const oldest = onceKeys.values().next();
+        if (oldest.done !== true) onceKeys.delete(oldest.value);
+      }
+      onceKeys.add(key);
+      line("warn", msg, fields);
+    },
+  };
+}
+
+/** Errors and bigints are common in fields; JSON.stringify would drop or reject them. */
+function jsonSafe(_key: string, value: unknown): unknown {
+  if (typeof value === "bigint") return value.toString();
+  if (value instanceof Error) return { name: value.name, message: value.message };
+  return value;
+}
+
+export interface EventLogOptions {
+  metrics: AgentMetrics;
+  /**
+   * Bytes the stream may hold unwritten before events are dropped (counted in
+   * lostwrite_events_dropped_total{stage="log",reason="queue_full"}). A stuck
+   * stdout pipe must not grow the agent's memory. Default 4 MiB.
+   */
+  maxBufferedBytes?: number;
+}
+
+export interface EventLog {
+  write(event: LossEvent): void;
+}
+
+/** One JSON line per loss event, exactly the event schema, nothing added. */
+export function createEventLog(out: NodeJS.WritableStream, opts: EventLogOptions): EventLog {
+  const maxBufferedBytes = opts.maxBufferedBytes ?? 4 * 1024 * 1024;
+  return {
+    write(event) {
+      const text = JSON.stringify(event) + "\n";
+      if (bufferedBytes(out) + text.length > maxBufferedBytes) {
+        opts.metrics.eventsDropped.inc({ stage: "log", reason: "queue_full" });
+        return;
+      }
+      out.write(text);
+    },
+  };
+}
+
+function bufferedBytes(out: NodeJS.WritableStream): number {
+  const length = (out as { writableLength?: unknown }).writableLength;
+  return typeof length === "number" ? length : 0;
+}

@@ -1,0 +1,105 @@
+import assert from "node:assert/strict";
+import { PassThrough, Writable } from "node:stream";
+import { describe, it } from "node:test";
+import { createEventLog, createLogger } from "../../../src/sinks/log.ts";
+import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { sampleEvent } from "./sampleEvent.ts";
+
+function capture() {
+  const out = new PassThrough();
+  const chunks: string[] = [];
+  out.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
+  return {
+    out,
+    lines: () =>
+      chunks
+        .join("")
+        .split("\n")
+        .filter((l) => l !== "")
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    raw: () => chunks.join(""),
+  };
+}
+
+void describe("logger", () => {
+  void it("prints one JSON line with level, time, msg and the fields", () => {
+    const { out, lines } = capture();
+    const log = createLogger(out, { now: () => Date.parse("2026-12-02T15:04:05.000Z") });
+    log.info("agent started", { listen: "127.0.0.1:9470" });
+    log.error("probe exited", { code: 1, err: new Error("boom"), t: 12n });
+    assert.deepEqual(lines(), [
+      { level: "info", time: "2026-12-02T15:04:05.000Z", msg: "agent started", listen: "127.0.0.1:9470" },
+      { level: "error", time: "2026-12-02T15:04:05.000Z", msg: "probe exited", code: 1, err: { name: "Error", message: "boom" }, t: "12" },
+    ]);
+  });
+
+  void it("logs a rate-limited key once per interval and reports what it held back", () => {
+    const { out, lines } = capture();
+    let now = 0;
+    const log = createLogger(out, { intervalMs: 1000, now: () => now });
+    log.warnRateLimited("parse", "bad probe line", { line: 1 });
+    log.warnRateLimited("parse", "bad probe line", { line: 2 });
+    log.warnRateLimited("parse", "bad probe line", { line: 3 });
+    log.warnRateLimited("other", "another problem");
+    now = 999;
+    log.warnRateLimited("parse", "bad probe line", { line: 4 });
+    now = 1000;
+    log.warnRateLimited("parse", "bad probe line", { line: 5 });
+    now = 2500;
+    log.warnRateLimited("parse", "bad probe line", { line: 6 });
+
+    const got = lines().map(({ msg, line, suppressed }) => ({ msg, line, suppressed }));
+    assert.deepEqual(got, [
+      { msg: "bad probe line", line: 1, suppressed: undefined },
+      { msg: "another problem", line: undefined, suppressed: undefined },
+      { msg: "bad probe line", line: 5, suppressed: 3 },
+      { msg: "bad probe line", line: 6, suppressed: undefined },
+    ]);
+  });
+
+  void it("warnOnce logs a key once, and forgets the oldest key past maxKeys", () => {
+    const { out, lines } = capture();
+    const log = createLogger(out, { maxKeys: 2 });
+    log.warnOnce("a", "a");
+    log.warnOnce("a", "a");
+    log.warnOnce("b", "b");
+    log.warnOnce("c", "c"); // forgets "a"
+    log.warnOnce("a", "a");
+    assert.deepEqual(
+      lines().map((l) => l.msg),
+      ["a", "b", "c", "a"],
+    );
+  });
+
+  void it("does not throw on a cyclic field", () => {
+    const { out, lines } = capture();
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    createLogger(out).warn("odd", { cyclic });
+    assert.equal(lines()[0]?.msg, "odd");
+  });
+});
+
+void describe("event log", () => {
+  void it("writes each loss event as exactly one line of the event schema", () => {
+    const { out, raw } = capture();
+    const log = createEventLog(out, { metrics: new AgentMetrics() });
+    const a = sampleEvent();
+    const b = sampleEvent({ noticed: "yes", trace_id: null, span_id: null, correlation: "none" });
+    log.write(a);
+    log.write(b);
+    assert.equal(raw(), JSON.stringify(a) + "\n" + JSON.stringify(b) + "\n");
+  });
+
+  void it("drops events, counted, when the stream stops draining", async () => {
+    // A stream that never finishes a write holds everything in writableLength.
+    const stuck = new Writable({ highWaterMark: 16, write: () => {} });
+    const metrics = new AgentMetrics();
+    const log = createEventLog(stuck, { metrics, maxBufferedBytes: 4096 });
+    for (let i = 0; i < 100; i++) log.write(sampleEvent({ pid: i }));
+    assert.ok(stuck.writableLength <= 4096, `stream holds ${stuck.writableLength} bytes`);
+    const dropped = (await metrics.eventsDropped.get()).values.find((v) => v.labels.stage === "log")?.value ?? 0;
+    const kept = Math.floor(4096 / (JSON.stringify(sampleEvent()).length + 1));
+    assert.ok(dropped >= 100 - kept - 1 && dropped < 100, `dropped ${dropped}`);
+  });
+});
