@@ -1,0 +1,80 @@
+// Chooses the probe program for the running kernel and renders it with the
+// initial targets and apiserver endpoints, so a fresh bpftrace is complete
+// from its first event; later changes go through the control channel.
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
+
+export type ProbeVariant = "sockets";
+
+export interface ProbeState {
+  targets: Iterable<number>;
+  endpoints: Iterable<EndpointKey>;
+}
+
+const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/** The tracepoints a variant needs; `lostwrite doctor` reports the missing ones. */
+export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
+  sockets: [
+    "sock/sock_send_length",
+    "sock/sock_recv_length",
+    "sock/inet_sock_set_state",
+    "tcp/tcp_receive_reset",
+    "tcp/tcp_retransmit_skb",
+  ],
+};
+
+export function tracepointAvailable(name: string, roots = TRACEFS_ROOTS): boolean {
+  return roots.some((root) => existsSync(path.join(root, "events", name)));
+}
+
+/**
+ * sock:sock_send_length (Linux >= 6.3) lets the probe see every socket send
+ * without a syscall tracepoint, which would slow every file write on the node.
+ * There is no second variant yet: on an older kernel the agent says so.
+ */
+export function chooseVariant(available = tracepointAvailable): ProbeVariant {
+  const missing = REQUIRED_TRACEPOINTS.sockets.filter((tp) => !available(tp));
+  if (missing.length) {
+    throw new Error(
+      `kernel lacks tracepoints ${missing.join(", ")} (needs Linux >= 6.3 with tracefs mounted); run "lostwrite doctor"`,
+    );
+  }
+  return "sockets";
+}
+
+export function probesDir(): string {
+  // Source tree (agent/src/sources/probe) and build (dist/agent/src/sources/probe) both sit below the repo root.
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 6; i++) {
+    const candidate = path.join(dir, "probes");
+    if (existsSync(path.join(candidate, "apiserver_sockets.bt"))) return candidate;
+    dir = path.dirname(dir);
+  }
+  throw new Error("probe programs not found: expected a probes/ folder above the agent");
+}
+
+export function programPath(variant: ProbeVariant): string {
+  return path.join(probesDir(), variant === "sockets" ? "apiserver_sockets.bt" : "");
+}
+
+const MARKER = "// @initial-state";
+
+export function renderProgram(variant: ProbeVariant, state: ProbeState): string {
+  const source = readFileSync(programPath(variant), "utf8");
+  if (!source.includes(MARKER)) throw new Error(`${programPath(variant)} lacks the "${MARKER}" line`);
+  const lines: string[] = [];
+  for (const pid of [...state.targets].sort((a, b) => a - b)) lines.push(`@targets[(uint64)${pid}] = 1;`);
+  for (const endpoint of state.endpoints) {
+    for (const key of kernelKeys(endpoint)) {
+      lines.push(
+        key.family === 4
+          ? `@api4[(uint64)${key.addr}, (uint64)${key.port}] = 1; // ${key.text}`
+          : `@api6[(uint64)${key.hi}, (uint64)${key.lo}, (uint64)${key.port}] = 1; // ${key.text}`,
+      );
+    }
+  }
+  return source.replace(MARKER, lines.length ? lines.join("\n\t") : "// (no initial state)");
+}
