@@ -1,0 +1,193 @@
+// The spans correlation needs, bounded by count and by age. Spans arrive
+// seconds after they end and a loss waits at most the correlation window for
+// them, so the index only has to remember a little longer than that.
+//
+// Times are wall-clock nanoseconds since the epoch as bigint (as OTLP sends
+// them); age is measured from when a span was received, on the injected
+// millisecond clock, so a replay evicts exactly like the live run.
+import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { IndexedSpan } from "./indexedSpans.ts";
+
+export interface SpanIndexOptions {
+  /** Most spans held; the oldest received is evicted first. */
+  capacity: number;
+  /** Spans received longer ago than this are evicted. */
+  maxAgeMs: number;
+  metrics: AgentMetrics;
+  /** Wall-clock milliseconds; injectable for replay and tests. */
+  now?: () => number;
+}
+
+/** The process whose spans are asked for, as the kernel side knows it. */
+export interface ProcessQuery {
+  /** The pid the process sees for itself (innermost NSpid); equals the host pid outside containers. */
+  nsPid: number | null;
+  /** Pod namespace and name; "" or null when unknown or not in Kubernetes. */
+  namespace: string | null;
+  pod: string | null;
+}
+
+interface Entry {
+  span: IndexedSpan;
+  receivedMs: number;
+}
+
+interface Bucket {
+  keys: Set<string>;
+  /** Latest span end received, per sender pod ("ns/pod", "/" when the span names none). */
+  latestEndNs: Map<string, bigint>;
+}
+
+/** Pods sharing one pid bucket that are remembered for coverage; more is pathological. */
+const MAX_PODS_PER_BUCKET = 256;
+
+export class SpanIndex {
+  readonly #opts: Required<SpanIndexOptions>;
+  /** Insertion (receive) order: the first entry is always the oldest. */
+  readonly #entries = new Map<string, Entry>();
+  /** Spans per sending process: by `process.pid`, or by pod for spans without one. */
+  readonly #buckets = new Map<string, Bucket>();
+
+  constructor(opts: SpanIndexOptions) {
+    if (!(opts.capacity >= 1)) throw new RangeError(`span index capacity must be >= 1, got ${opts.capacity}`);
+    if (!(opts.maxAgeMs > 0)) throw new RangeError(`span index maxAgeMs must be > 0, got ${opts.maxAgeMs}`);
+    this.#opts = { now: Date.now, ...opts };
+    this.#opts.metrics.spanIndexSize.set(0);
+    for (const reason of ["age", "capacity"]) this.#opts.metrics.spanIndexEvictions.inc({ reason }, 0);
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  add(spans: readonly IndexedSpan[]): void {
+    const now = this.#opts.now();
+    for (const span of spans) {
+      const key = spanKey(span.traceId, span.spanId);
+      if (this.#entries.has(key)) this.#remove(key);
+      this.#entries.set(key, { span, receivedMs: now });
+      const bucketKey = bucketKeyOf(span.process.pid, span.process.namespace, span.process.podName);
+      let bucket = this.#buckets.get(bucketKey);
+      if (bucket === undefined) {
+        bucket = { keys: new Set(), latestEndNs: new Map() };
+        this.#buckets.set(bucketKey, bucket);
+      }
+      bucket.keys.add(key);
+      const pod = podKey(span.process.namespace, span.process.podName);
+      const latest = bucket.latestEndNs.get(pod);
+      if (latest === undefined || span.endNs > latest) {
+        bucket.latestEndNs.delete(pod);
+        bucket.latestEndNs.set(pod, span.endNs);
+        if (bucket.latestEndNs.size > MAX_PODS_PER_BUCKET) {
+          const oldest = bucket.latestEndNs.keys().next().value;
+          if (oldest !== undefined) bucket.latestEndNs.delete(oldest);
+        }
+      }
+    }
+    this.#evict(now);
+  }
+
+  get(traceId: string, spanId: string): IndexedSpan | undefined {
+    return this.#entries.get(spanKey(traceId, spanId))?.span;
+  }
+
+  /** Spans of `proc` open at `wallNs` ± `slackNs`, in the order they were received. */
+  openAt(proc: ProcessQuery, wallNs: bigint, slackNs: bigint): IndexedSpan[] {
+    const out: IndexedSpan[] = [];
+    for (const bucket of this.#bucketsOf(proc)) {
+      for (const key of bucket.keys) {
+        const span = this.#entries.get(key)?.span;
+        if (span === undefined || !samePod(span, proc)) continue;
+        if (span.startNs - slackNs <= wallNs && wallNs <= span.endNs + slackNs) out.push(span);
+      }
+    }
+    return out;
+  }
+
+  /** The latest end time of any span received from `proc`; null if none is held. */
+  latestEndNs(proc: ProcessQuery): bigint | null {
+    let latest: bigint | null = null;
+    const wanted = known(proc.pod) ? podKey(proc.namespace, proc.pod) : null;
+    for (const bucket of this.#bucketsOf(proc)) {
+      for (const [pod, end] of bucket.latestEndNs) {
+        if (wanted !== null && pod !== wanted && pod !== "/") continue;
+        if (latest === null || end > latest) latest = end;
+      }
+    }
+    return latest;
+  }
+
+  /** Evicts what has aged out; call periodically when no spans arrive. */
+  evictExpired(): void {
+    this.#evict(this.#opts.now());
+  }
+
+  #bucketsOf(proc: ProcessQuery): Bucket[] {
+    const keys = new Set<string>();
+    if (proc.nsPid !== null) keys.add(bucketKeyOf(proc.nsPid, null, null));
+    if (known(proc.pod)) keys.add(bucketKeyOf(null, proc.namespace, proc.pod));
+    const out: Bucket[] = [];
+    for (const key of keys) {
+      const bucket = this.#buckets.get(key);
+      if (bucket !== undefined) out.push(bucket);
+    }
+    return out;
+  }
+
+  #evict(now: number): void {
+    const { capacity, maxAgeMs, metrics } = this.#opts;
+    for (const [key, entry] of this.#entries) {
+      if (this.#entries.size > capacity) {
+        metrics.spanIndexEvictions.inc({ reason: "capacity" });
+      } else if (entry.receivedMs < now - maxAgeMs) {
+        metrics.spanIndexEvictions.inc({ reason: "age" });
+      } else {
+        break;
+      }
+      this.#remove(key);
+    }
+    metrics.spanIndexSize.set(this.#entries.size);
+  }
+
+  #remove(key: string): void {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return;
+    this.#entries.delete(key);
+    const p = entry.span.process;
+    const bucketKey = bucketKeyOf(p.pid, p.namespace, p.podName);
+    const bucket = this.#buckets.get(bucketKey);
+    if (bucket === undefined) return;
+    bucket.keys.delete(key);
+    if (bucket.keys.size === 0) this.#buckets.delete(bucketKey);
+  }
+}
+
+export function spanKey(traceId: string, spanId: string): string {
+  return `${traceId}/${spanId}`;
+}
+
+function bucketKeyOf(pid: number | null, namespace: string | null, pod: string | null): string {
+  return pid !== null ? `pid:${pid}` : `pod:${podKey(namespace, pod)}`;
+}
+
+function podKey(namespace: string | null, pod: string | null): string {
+  return `${namespace ?? ""}/${pod ?? ""}`;
+}
+
+function known(value: string | null): value is string {
+  return value !== null && value !== "";
+}
+
+/**
+ * A span and a process agree on the pod when either side does not know it.
+ * Pids inside pods repeat (every container may be pid 1), so senders in
+ * Kubernetes should set k8s.pod.name and k8s.namespace.name.
+ */
+function samePod(span: IndexedSpan, proc: ProcessQuery): boolean {
+  const p = span.process;
+  if (known(p.podName) && known(proc.pod) && p.podName !== proc.pod) return false;
+  if (known(p.namespace) && known(proc.namespace) && p.namespace !== proc.namespace) return false;
+  // A span without process.pid is only found through its pod.
+  if (p.pid === null) return known(p.podName) && known(proc.pod);
+  return p.pid === proc.nsPid;
+}
