@@ -97,7 +97,7 @@ export class SpanIndex {
     for (const bucket of this.#bucketsOf(proc)) {
       for (const key of bucket.keys) {
         const span = this.#entries.get(key)?.span;
-        if (span === undefined || !samePod(span, proc)) continue;
+        if (span === undefined || !spanOfProcess(span, proc)) continue;
         if (span.startNs - slackNs <= wallNs && wallNs <= span.endNs + slackNs) out.push(span);
       }
     }
@@ -179,11 +179,12 @@ function known(value: string | null): value is string {
 }
 
 /**
- * A span and a process agree on the pod when either side does not know it.
- * Pids inside pods repeat (every container may be pid 1), so senders in
- * Kubernetes should set k8s.pod.name and k8s.namespace.name.
+ * Whether `span` was sent by `proc`: same pid as the process sees itself, and
+ * the same pod where both sides know it. Pids inside pods repeat (every
+ * container may be pid 1), so senders in Kubernetes should set k8s.pod.name
+ * and k8s.namespace.name.
  */
-function samePod(span: IndexedSpan, proc: ProcessQuery): boolean {
+export function spanOfProcess(span: IndexedSpan, proc: ProcessQuery): boolean {
   const p = span.process;
   if (known(p.podName) && known(proc.pod) && p.podName !== proc.pod) return false;
   if (known(p.namespace) && known(proc.namespace) && p.namespace !== proc.namespace) return false;

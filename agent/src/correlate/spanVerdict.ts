@@ -1,0 +1,165 @@
+// Pure rules that turn "the spans of a process open at the failure" into a
+// verdict: which span the loss belongs to, its reconcile, whether the
+// operator noticed. Kept apart from the buffering in correlator.ts so each
+// rule can be read, and tested, on its own.
+import type { CandidateSpan, Noticed, RequestRef } from "../model.ts";
+import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
+import { isStatusWrite, isWrite } from "../sources/spans/spanAttributes.ts";
+
+/** Looks a span up by id; the span index's `get`. */
+export type SpanLookup = (traceId: string, spanId: string) => IndexedSpan | undefined;
+
+/** Parent hops followed to find a reconcile span; real traces are shallow. */
+const MAX_PARENT_HOPS = 32;
+
+/** HTTP statuses that mean the apiserver refused a status write. */
+export function isRejectedStatus(code: number): boolean {
+  return code === 409 || code === 422 || code === 429 || code >= 500;
+}
+
+/** The span recorded an error: status ERROR, an error.type, or an HTTP status >= 400. */
+export function spanRecordedError(span: IndexedSpan): boolean {
+  if (span.status === "error") return true;
+  if (span.request?.errorType != null) return true;
+  return span.request?.statusCode != null && span.request.statusCode >= 400;
+}
+
+/** A client span for a status write that the apiserver refused or that died in transport. */
+export function isRejectedStatusWrite(span: IndexedSpan): boolean {
+  const req = span.request;
+  if (req === null || !isStatusWrite(req.method, req.path)) return false;
+  if (req.statusCode !== null) return isRejectedStatus(req.statusCode);
+  return span.status === "error" || req.errorType !== null;
+}
+
+/** The nearest reconcile span: the span itself or an ancestor held in the index. */
+export function reconcileSpanOf(span: IndexedSpan, lookup: SpanLookup): IndexedSpan | null {
+  let current: IndexedSpan | undefined = span;
+  for (let hops = 0; current !== undefined && hops <= MAX_PARENT_HOPS; hops++) {
+    if (current.reconcile !== null) return current;
+    if (current.parentSpanId === null) return null;
+    current = lookup(current.traceId, current.parentSpanId);
+  }
+  return null;
+}
+
+/** True when the walk to a reconcile span or to the trace root is complete in the index. */
+export function ancestryComplete(span: IndexedSpan, lookup: SpanLookup): boolean {
+  let current: IndexedSpan | undefined = span;
+  for (let hops = 0; current !== undefined && hops <= MAX_PARENT_HOPS; hops++) {
+    if (current.reconcile !== null || current.parentSpanId === null) return true;
+    current = lookup(current.traceId, current.parentSpanId);
+  }
+  return false;
+}
+
+export function requestRefOf(span: IndexedSpan): RequestRef | null {
+  if (span.request === null) return null;
+  return { method: span.request.method, path: span.request.path, status_code: span.request.statusCode };
+}
+
+/**
+ * Whether the operator noticed: judged on the reconcile span when there is
+ * one, because that is the operator's own verdict on its work (an HTTP
+ * client span records every transport error, whether the operator then
+ * handles it or swallows it); otherwise on the matched span itself.
+ */
+export function noticedBy(matched: IndexedSpan, reconcile: IndexedSpan | null): Noticed {
+  return spanRecordedError(reconcile ?? matched) ? "yes" : "no";
+}
+
+/** What a kernel event's apiserver peer ("addr:port", "[v6]:port") says about a span's server. */
+export function sameServer(span: IndexedSpan, apiserver: string): boolean {
+  const req = span.request;
+  if (req === null) return true;
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(apiserver);
+  if (m === null) return true;
+  const host = m[1] ?? m[2] ?? "";
+  if (req.serverPort !== null && req.serverPort !== Number(m[3])) return false;
+  // Only an address literal can be compared; a DNS name may resolve to this peer.
+  if (req.serverAddress !== null && isIpLiteral(req.serverAddress)) {
+    return stripBrackets(req.serverAddress).toLowerCase() === host.toLowerCase();
+  }
+  return true;
+}
+
+function isIpLiteral(address: string): boolean {
+  return /^\d{1,3}(\.\d{1,3}){3}$/.test(address) || stripBrackets(address).includes(":");
+}
+
+function stripBrackets(address: string): string {
+  return address.startsWith("[") && address.endsWith("]") ? address.slice(1, -1) : address;
+}
+
+export interface KernelFailure {
+  /** Wall-clock ns of the failure. */
+  wallNs: bigint;
+  tid: number;
+  apiserver: string;
+}
+
+/**
+ * Chooses the spans a kernel failure belongs to among the spans of its
+ * process open at that time. Client requests still unanswered come first
+ * (a request that got an HTTP status arrived, so it is not the one lost),
+ * ranked: writes over reads, status writes over other writes, the failing
+ * thread's span over others. Without such a client span, the open
+ * reconcile spans are the candidates. Ties are kept: the caller reports
+ * them as ambiguous instead of picking one.
+ */
+export function chooseCandidates(open: readonly IndexedSpan[], failure: KernelFailure): IndexedSpan[] {
+  const clients = open.filter(
+    (s) => s.kind === "client" && s.request !== null && s.request.statusCode === null && sameServer(s, failure.apiserver),
+  );
+  if (clients.length > 0) {
+    return best(clients, (s) => [
+      isWrite(s.request?.method ?? null) ? 1 : 0,
+      isStatusWrite(s.request?.method ?? null, s.request?.path ?? null) ? 1 : 0,
+      s.threadId === failure.tid ? 1 : 0,
+    ]);
+  }
+  const reconciles = open.filter((s) => s.reconcile !== null);
+  return best(reconciles, (s) => [s.threadId === failure.tid ? 1 : 0]);
+}
+
+function best(spans: IndexedSpan[], score: (s: IndexedSpan) => number[]): IndexedSpan[] {
+  let top: IndexedSpan[] = [];
+  let topScore: number[] | null = null;
+  for (const span of spans) {
+    const s = score(span);
+    const cmp = topScore === null ? 1 : compare(s, topScore);
+    if (cmp > 0) {
+      top = [span];
+      topScore = s;
+    } else if (cmp === 0) {
+      top.push(span);
+    }
+  }
+  return top;
+}
+
+function compare(a: number[], b: number[]): number {
+  for (let i = 0; i < a.length; i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+export function candidateOf(span: IndexedSpan, lookup: SpanLookup): CandidateSpan {
+  const reconcile = reconcileSpanOf(span, lookup);
+  return {
+    trace_id: span.traceId,
+    span_id: span.spanId,
+    reconcile: reconcile?.reconcile ?? null,
+    request: requestRefOf(span),
+  };
+}
+
+/** The value all items share, or null when they differ (an ambiguous verdict invents nothing). */
+export function shared<T>(values: readonly T[]): T | null {
+  if (values.length === 0) return null;
+  const first = JSON.stringify(values[0]);
+  return values.every((v) => JSON.stringify(v) === first) ? (values[0] ?? null) : null;
+}
+
