@@ -1,0 +1,279 @@
+// The Kubernetes target source: which processes on this node are operators,
+// with their pod identity, and every address the apiserver can have.
+//
+//   pods on this node (list+watch, fieldSelector=spec.nodeName) ─► watched containers ─┐
+//   /proc scan every rescan interval (cgroup → container id) ───────────────────────────┴─► onTargets
+//   KUBERNETES_SERVICE_HOST/PORT, kubeconfig server,
+//   default/kubernetes EndpointSlices (list+watch) ──────────────────────────────────────► onApiservers
+//
+// Callbacks fire with the whole current set, only when it changed. Pods that
+// go away take their processes with them at the next emission.
+import { isIP } from "node:net";
+import { lookup } from "node:dns/promises";
+import { CoreV1Api, DiscoveryV1Api, KubeConfig } from "@kubernetes/client-node";
+import type { z } from "zod";
+import type { ProcessIdentity } from "../../../model.ts";
+import type { AgentMetrics } from "../../../sinks/metrics.ts";
+import type { Logger } from "../../../sinks/log.ts";
+import {
+  endpointFromEnv,
+  endpointFromServerUrl,
+  endpointsFromSlices,
+  normaliseEndpoints,
+  sameEndpoints,
+  type ApiserverEndpoint,
+} from "./apiserverEndpoints.ts";
+import { parseLabelSelector } from "./labelSelector.ts";
+import { describeIssues, EndpointSliceSchema, PodSchema, type EndpointSlice, type Pod } from "./objects.ts";
+import { watchedContainers, type SelectionPolicy, type WatchedContainer } from "./podSelection.ts";
+import { ContainerProcessScanner } from "./processScan.ts";
+import { ValidatedListWatch } from "./validatedListWatch.ts";
+
+export interface KubeTarget {
+  pid: number;
+  identity: ProcessIdentity;
+}
+
+export interface KubernetesTargetsOptions {
+  /** This node's name (downward API `spec.nodeName`); pods are watched on it only. */
+  nodeName: string;
+  /** Pods matching it are watched like pods labelled lostwrite.dev/watch=true. Default "" (none). */
+  watchLabelSelector?: string;
+  /** Path of a kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account. */
+  kubeconfig?: string;
+  /** A ready KubeConfig (tests); wins over `kubeconfig`. */
+  kubeConfig?: KubeConfig;
+  /** Where the host's /proc is (the DaemonSet mounts it at /host/proc). Default "/proc". */
+  procRoot?: string;
+  /** How often /proc is rescanned for processes that started in watched containers. Default 2000 ms. */
+  rescanIntervalMs?: number;
+  /** Pods held from the watch at most. Default 1024 (kubelet's default maxPods is 110). */
+  maxPods?: number;
+  /** Processes emitted at most. Default 4096. */
+  maxTargets?: number;
+  /** Environment to read KUBERNETES_SERVICE_HOST/PORT from. Default process.env. */
+  env?: NodeJS.ProcessEnv;
+  metrics: AgentMetrics;
+  log: Logger;
+}
+
+const STAGE = "kubernetes";
+
+export class KubernetesTargets {
+  readonly #opts: KubernetesTargetsOptions;
+  readonly #kc: KubeConfig;
+  readonly #policy: SelectionPolicy;
+  readonly #pods: ValidatedListWatch<Pod>;
+  readonly #slices: ValidatedListWatch<EndpointSlice>;
+  readonly #scanner: ContainerProcessScanner;
+  readonly #targetListeners = new Set<(targets: KubeTarget[]) => void>();
+  readonly #apiserverListeners = new Set<(endpoints: ApiserverEndpoint[]) => void>();
+  #targets: KubeTarget[] = [];
+  #targetsKey = "";
+  #apiservers: ApiserverEndpoint[] = [];
+  #staticApiservers: ApiserverEndpoint[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #scanning: Promise<void> | null = null;
+  #rescanRequested = false;
+  #running = false;
+
+  constructor(opts: KubernetesTargetsOptions) {
+    if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(opts.nodeName)) {
+      throw new Error(`kubernetes: nodeName "${opts.nodeName}" is not a valid node name (set NODE_NAME from spec.nodeName)`);
+    }
+    this.#opts = opts;
+    this.#policy = { labelSelector: parseLabelSelector(opts.watchLabelSelector ?? "") };
+    this.#kc = opts.kubeConfig ?? loadKubeConfig(opts.kubeconfig);
+    this.#scanner = new ContainerProcessScanner({
+      procRoot: opts.procRoot ?? "/proc",
+      maxProcesses: opts.maxTargets ?? 4096,
+      maxRememberedPids: 65_536,
+    });
+    const core = this.#kc.makeApiClient(CoreV1Api);
+    const discovery = this.#kc.makeApiClient(DiscoveryV1Api);
+    const fieldSelector = `spec.nodeName=${opts.nodeName}`;
+    this.#pods = new ValidatedListWatch<Pod>({
+      kubeConfig: this.#kc,
+      path: "/api/v1/pods",
+      // Never cluster-wide: only this node's pods, the same selector for list and watch.
+      list: () => core.listPodForAllNamespaces({ fieldSelector }),
+      fieldSelector,
+      schema: PodSchema,
+      maxObjects: opts.maxPods ?? 1024,
+      onChange: () => this.#requestRescan(),
+      onInvalid: (err) => this.#invalid("Pod", err),
+      onCapacity: () => this.#capacity("pods"),
+      onError: (err) => this.#watchError("pods", err),
+    });
+    const sliceSelector = "kubernetes.io/service-name=kubernetes";
+    this.#slices = new ValidatedListWatch<EndpointSlice>({
+      kubeConfig: this.#kc,
+      path: "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+      list: () => discovery.listNamespacedEndpointSlice({ namespace: "default", labelSelector: sliceSelector }),
+      labelSelector: sliceSelector,
+      schema: EndpointSliceSchema,
+      maxObjects: 64,
+      onChange: () => this.#updateApiservers(),
+      onInvalid: (err) => this.#invalid("EndpointSlice", err),
+      onCapacity: () => this.#capacity("endpointslices"),
+      onError: (err) => this.#watchError("endpointslices", err),
+    });
+  }
+
+  /** Subscribes to the target set; returns the unsubscribe function. */
+  onTargets(cb: (targets: KubeTarget[]) => void): () => void {
+    this.#targetListeners.add(cb);
+    return () => this.#targetListeners.delete(cb);
+  }
+
+  /** Subscribes to the apiserver endpoint set; returns the unsubscribe function. */
+  onApiservers(cb: (endpoints: ApiserverEndpoint[]) => void): () => void {
+    this.#apiserverListeners.add(cb);
+    return () => this.#apiserverListeners.delete(cb);
+  }
+
+  targets(): KubeTarget[] {
+    return this.#targets;
+  }
+
+  apiservers(): ApiserverEndpoint[] {
+    return this.#apiservers;
+  }
+
+  /**
+   * Resolves once the first lists were tried and the first /proc scan is
+   * done, so a caller can build its first probe with the initial sets.
+   * An unreachable apiserver is retried in the background, not fatal here.
+   */
+  async start(): Promise<void> {
+    this.#running = true;
+    this.#staticApiservers = await this.#resolveStaticApiservers();
+    this.#updateApiservers();
+    await Promise.all([this.#pods.start(), this.#slices.start()]);
+    await this.#rescan();
+    const interval = this.#opts.rescanIntervalMs ?? 2000;
+    this.#timer = setInterval(() => this.#requestRescan(), interval);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.#running = false;
+    clearInterval(this.#timer);
+    await Promise.all([this.#pods.stop(), this.#slices.stop()]);
+    await this.#scanning;
+  }
+
+  #requestRescan(): void {
+    if (!this.#running) return;
+    if (this.#scanning) {
+      // One more scan after the running one, however many were asked for.
+      this.#rescanRequested = true;
+      return;
+    }
+    this.#rescan().catch((err: unknown) => this.#opts.log.warnRateLimited("kubernetes-scan", "scanning /proc failed", { error: String(err) }));
+  }
+
+  async #rescan(): Promise<void> {
+    const run = async (): Promise<void> => {
+      do {
+        this.#rescanRequested = false;
+        await this.#scanOnce();
+      } while (this.#rescanRequested && this.#running);
+    };
+    this.#scanning = run();
+    try {
+      await this.#scanning;
+    } finally {
+      this.#scanning = null;
+    }
+  }
+
+  async #scanOnce(): Promise<void> {
+    const byContainer = new Map<string, WatchedContainer>();
+    for (const pod of this.#pods.objects()) {
+      for (const c of watchedContainers(pod, this.#policy)) byContainer.set(c.containerId, c);
+    }
+    const { processes, dropped } = await this.#scanner.scan(new Set(byContainer.keys()));
+    if (dropped > 0) this.#capacity("targets", dropped);
+    const targets: KubeTarget[] = [];
+    for (const p of processes) {
+      const c = byContainer.get(p.containerId);
+      if (!c) continue;
+      targets.push({
+        pid: p.pid,
+        identity: {
+          pid: p.pid,
+          tid: p.pid,
+          process: p.comm,
+          namespace: c.namespace,
+          pod: c.pod,
+          container: c.container,
+          controller: c.controller,
+        },
+      });
+    }
+    const key = JSON.stringify(targets);
+    if (key === this.#targetsKey) return;
+    this.#targetsKey = key;
+    this.#targets = targets;
+    this.#opts.metrics.targets.set({ source: "kubernetes" }, targets.length);
+    for (const cb of this.#targetListeners) cb(targets);
+  }
+
+  #updateApiservers(): void {
+    const next = normaliseEndpoints([...this.#staticApiservers, ...endpointsFromSlices(this.#slices.objects())]);
+    if (sameEndpoints(next, this.#apiservers)) return;
+    this.#apiservers = next;
+    for (const cb of this.#apiserverListeners) cb(next);
+  }
+
+  /** The Service address from the environment and the kubeconfig server, names resolved to addresses. */
+  async #resolveStaticApiservers(): Promise<ApiserverEndpoint[]> {
+    const found: ApiserverEndpoint[] = [];
+    const fromEnv = endpointFromEnv(this.#opts.env ?? process.env);
+    if (fromEnv) found.push(fromEnv);
+    const server = this.#kc.getCurrentCluster()?.server;
+    const fromConfig = server ? endpointFromServerUrl(server) : null;
+    if (fromConfig) found.push(fromConfig);
+    const out: ApiserverEndpoint[] = [];
+    for (const e of found) {
+      if (isIP(e.host) !== 0) {
+        out.push(e);
+        continue;
+      }
+      // A socket's peer is an address, never a name.
+      try {
+        for (const a of await lookup(e.host, { all: true })) out.push({ host: a.address, port: e.port });
+      } catch (err) {
+        this.#opts.log.warn("cannot resolve the apiserver host", { host: e.host, error: String(err) });
+      }
+    }
+    return out;
+  }
+
+  #invalid(kind: string, err: z.ZodError): void {
+    this.#opts.metrics.eventsDropped.inc({ stage: STAGE, reason: "invalid" });
+    this.#opts.log.warnRateLimited(`kubernetes-invalid-${kind}`, `skipped a malformed ${kind}`, {
+      issues: describeIssues(err),
+    });
+  }
+
+  #capacity(what: string, n = 1): void {
+    this.#opts.metrics.eventsDropped.inc({ stage: STAGE, reason: "capacity" }, n);
+    this.#opts.log.warnRateLimited(`kubernetes-capacity-${what}`, `kubernetes ${what} at capacity; dropping`, {});
+  }
+
+  #watchError(what: string, err: unknown): void {
+    this.#opts.log.warnRateLimited(`kubernetes-watch-${what}`, `watching ${what} failed; retrying`, {
+      error: err instanceof Error ? err.message : String(err),
+    });
+  }
+}
+
+/** A kubeconfig file when given, else the default chain ($KUBECONFIG, ~/.kube/config, in-cluster). */
+export function loadKubeConfig(path?: string): KubeConfig {
+  const kc = new KubeConfig();
+  if (path !== undefined && path !== "") kc.loadFromFile(path);
+  else kc.loadFromDefault();
+  return kc;
+}
