@@ -65,11 +65,10 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
 
   const reject = (res: ServerResponse, status: number, reason: RejectReason, detail: string): void => {
     metrics.spansRejected.inc({ reason });
-    const headers: Record<string, string> = { "content-type": "text/plain; charset=utf-8", connection: "close" };
-    if (status === 429) {
-      headers["retry-after"] = retryAfter;
-      delete headers.connection;
-    }
+    const headers: Record<string, string> = { "content-type": "text/plain; charset=utf-8" };
+    if (status === 429) headers["retry-after"] = retryAfter;
+    // The rest of an oversized body is not worth reading: end the connection.
+    if (status === 413) headers.connection = "close";
     res.writeHead(status, headers).end(`${detail}\n`);
   };
 
