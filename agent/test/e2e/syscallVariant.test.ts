@@ -1,0 +1,346 @@
+// The syscall-tracepoint probe (probes/apiserver_syscalls.bt, the fallback for
+// kernels without sock:sock_send_length) on the real kernel: it must compile,
+// attach under the supervisor, and report what the socket variant reports, in
+// the same line formats, read by the same parser. Real python3 processes do
+// the failing syscalls against real loopback servers.
+import assert from "node:assert/strict";
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, it } from "node:test";
+import { execa } from "execa";
+import { AgentMetrics } from "../../src/sinks/metrics.ts";
+import { BpftraceSupervisor } from "../../src/sources/probe/bpftraceSupervisor.ts";
+import { endpointKey } from "../../src/sources/probe/endpointKey.ts";
+import type { ProbeRecord } from "../../src/sources/probe/probeOutput.ts";
+import { REQUIRED_TRACEPOINTS, renderProgram, tracepointAvailable, type ProbeState } from "../../src/sources/probe/probeProgram.ts";
+import { locateTool } from "./support/tools.ts";
+
+type SendRecord = Extract<ProbeRecord, { type: "send" }>;
+type ConnectRecord = Extract<ProbeRecord, { type: "connect" }>;
+type CloseRecord = Extract<ProbeRecord, { type: "close" }>;
+
+const SYS_WRITE = 1;
+const SYS_SENDTO = 44;
+const REQUEST = "PATCH /api/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\n\r\n";
+
+/** Why this test cannot run here, or [] when it can. */
+function missingPrerequisites(): string[] {
+  const reasons: string[] = [];
+  if (process.getuid?.() !== 0) reasons.push("needs root to load BPF programs");
+  const bpftrace = locateTool("bpftrace", "apt-get install bpftrace");
+  if (bpftrace.path === null) reasons.push(bpftrace.reason);
+  const needed = [...REQUIRED_TRACEPOINTS.syscalls, "tcp/tcp_rcv_space_adjust", "tcp/tcp_receive_reset", "tcp/tcp_retransmit_skb"];
+  const missing = needed.filter((tp) => !tracepointAvailable(tp));
+  if (missing.length) reasons.push(`tracepoints missing (is tracefs mounted at /sys/kernel/tracing?): ${missing.join(", ")}`);
+  return reasons;
+}
+
+const missing = missingPrerequisites();
+// Under CI the suite runs and fails on the missing prerequisite; elsewhere it says why it skipped.
+const skip = missing.length && process.env.CI !== "true" ? missing.join("; ") : false;
+
+/**
+ * A python3 process that does one socket action per stdin line and answers
+ * "ok ..." on stdout. It blocks in plain syscalls, as a client that does not
+ * notice a reset before writing again would (DESIGN.md: Node notices first).
+ */
+const ACTOR = String.raw`
+import os, select, socket, sys
+print("pid", os.getpid(), flush=True)
+for line in sys.stdin:
+    cmd, host, port = line.split()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if cmd == "reset":
+        c = socket.socket(family)
+        c.connect((host, int(port)))
+        c.sendall(sys.argv[1].encode())
+        select.select([c], [], [], 2)  # the server's RST; select does not consume the error
+        errs = []
+        for _ in range(2):
+            try:
+                c.send(b"x" * 100)
+                errs.append(0)
+            except OSError as e:
+                errs.append(e.errno)
+        c.close()
+        print("ok", cmd, *errs, flush=True)
+    elif cmd == "zero":
+        c = socket.socket(family)
+        c.connect((host, int(port)))
+        n = os.write(c.fileno(), b"")
+        c.close()
+        print("ok", cmd, n, flush=True)
+    elif cmd == "refused":
+        c = socket.socket(family)
+        try:
+            c.connect((host, int(port)))
+            print("ok", cmd, 0, flush=True)
+        except OSError as e:
+            print("ok", cmd, e.errno, flush=True)
+        c.close()
+`;
+
+class Actor {
+  readonly child: ChildProcessWithoutNullStreams;
+  private readonly lines: string[] = [];
+  private waiter: (() => void) | undefined;
+
+  constructor() {
+    this.child = spawn("python3", ["-c", ACTOR, REQUEST], { stdio: ["pipe", "pipe", "pipe"] });
+    createInterface({ input: this.child.stdout }).on("line", (line) => {
+      this.lines.push(line);
+      this.waiter?.();
+    });
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  async started(): Promise<void> {
+    // Generous: python3 alone takes seconds to start on a loaded 2-core machine.
+    assert.match(await this.nextLine(20000), /^pid \d+$/);
+  }
+
+  /** Runs one action and returns the numbers it printed (errnos, byte counts). */
+  async run(cmd: "reset" | "zero" | "refused", host: string, port: number): Promise<number[]> {
+    this.child.stdin.write(`${cmd} ${host} ${port}\n`);
+    const answer = await this.nextLine();
+    const [ok, name, ...values] = answer.split(" ");
+    assert.equal(`${ok} ${name}`, `ok ${cmd}`, `actor answered "${answer}"`);
+    return values.map(Number);
+  }
+
+  private async nextLine(timeoutMs = 10000): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.lines.length === 0) {
+      if (Date.now() > deadline) throw new Error(`python3 actor did not answer within ${timeoutMs} ms`);
+      await new Promise<void>((resolve) => {
+        this.waiter = resolve;
+        setTimeout(resolve, 100);
+      });
+    }
+    return this.lines.shift()!;
+  }
+
+  stop(): void {
+    this.child.kill("SIGKILL");
+  }
+}
+
+/** A loopback server that resets every connection on its first bytes. */
+async function resettingServer(host: string): Promise<net.Server> {
+  const server = net.createServer((socket) => {
+    socket.on("error", () => undefined);
+    socket.once("data", () => socket.resetAndDestroy());
+    socket.on("end", () => socket.end());
+  });
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  return server;
+}
+
+function portOf(server: net.Server): number {
+  return (server.address() as net.AddressInfo).port;
+}
+
+/** A loopback port nothing listens on (bound once, then closed). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = portOf(server);
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+async function until<T>(what: string, find: () => T | undefined, timeoutMs = 5000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = find();
+    if (found !== undefined) return found;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+// About 15 s on an idle machine; the limit leaves room for a loaded one.
+void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 60000 }, () => {
+  const records: ProbeRecord[] = [];
+  const warnings: string[] = [];
+  const servers: net.Server[] = [];
+  const actors: Actor[] = [];
+  const workDir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-syscalls-test-"));
+  let supervisor: BpftraceSupervisor | undefined;
+  let metrics: AgentMetrics;
+  let target: Actor;
+  let stranger: Actor;
+  let apiPort: number;
+  let api6Port: number;
+  let otherPort: number;
+  let refusedPort: number;
+  let state: ProbeState;
+  let dryRun: Promise<{ exitCode?: number; all: string }>;
+
+  const sends = (): SendRecord[] => records.filter((r): r is SendRecord => r.type === "send");
+  const connects = (): ConnectRecord[] => records.filter((r): r is ConnectRecord => r.type === "connect");
+  const closes = (): CloseRecord[] => records.filter((r): r is CloseRecord => r.type === "close");
+
+  /**
+   * Every record of earlier actions has arrived once a zero-byte write done
+   * after them is reported and a tick printed after that one is read.
+   */
+  async function settle(): Promise<void> {
+    const before = sends().length;
+    await target.run("zero", "127.0.0.1", apiPort);
+    const marker = await until("the marker write", () =>
+      sends().slice(before).find((r) => r.pid === target.pid && r.ret === 0),
+    );
+    await until("a tick after the marker", () => records.find((r) => r.type === "tick" && r.ts > marker.ts));
+  }
+
+  before(async () => {
+    if (missing.length) throw new Error(`cannot run: ${missing.join("; ")}`);
+    const [api, api6, other] = await Promise.all([
+      resettingServer("127.0.0.1"),
+      resettingServer("::1"),
+      resettingServer("127.0.0.1"),
+    ]);
+    servers.push(api, api6, other);
+    apiPort = portOf(api);
+    api6Port = portOf(api6);
+    otherPort = portOf(other);
+    refusedPort = await closedPort();
+    target = new Actor();
+    stranger = new Actor();
+    actors.push(target, stranger);
+    await Promise.all(actors.map((a) => a.started()));
+    state = {
+      targets: [target.pid],
+      endpoints: [
+        endpointKey("127.0.0.1", apiPort),
+        endpointKey("::1", api6Port),
+        endpointKey("127.0.0.1", refusedPort),
+      ],
+    };
+    // The dry run compiles while the supervised bpftrace starts: both take seconds of CPU.
+    const file = path.join(workDir, "apiserver_syscalls.bt");
+    writeFileSync(file, renderProgram("syscalls", state));
+    dryRun = execa(locateTool("bpftrace", "").path!, ["-d", file, "0", "0"], { reject: false, all: true });
+    metrics = new AgentMetrics();
+    supervisor = new BpftraceSupervisor({
+      variant: "syscalls",
+      bpftrace: locateTool("bpftrace", "apt-get install bpftrace").path!,
+      metrics,
+      log: { info: () => undefined, warn: (msg, fields) => warnings.push(`${msg} ${JSON.stringify(fields)}`) },
+      state: () => state,
+      onRecord: (record) => records.push(record),
+      onInstance: () => undefined,
+      readyTimeoutMs: 20000,
+    });
+    await supervisor.start();
+  });
+
+  after(async () => {
+    await dryRun;
+    await supervisor?.stop();
+    for (const actor of actors) actor.stop();
+    await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
+    rmSync(workDir, { recursive: true, force: true });
+  });
+
+  void it("compiles cleanly in a dry run (bpftrace -d), with no warnings", async () => {
+    const result = await dryRun;
+    assert.equal(result.exitCode, 0, result.all.slice(-2000));
+    const diagnostics = result.all.split("\n").filter((line) => /\.bt:\d+:\d+(-\d+)?: (WARNING|ERROR)/.test(line));
+    assert.deepEqual(diagnostics, []);
+  });
+
+  void it("reports a target's sendto into a reset apiserver connection with ECONNRESET, then EPIPE", async () => {
+    assert.deepEqual(await target.run("reset", "127.0.0.1", apiPort), [104, 32]);
+    const mine = await until("two failed sends", () => {
+      const found = sends().filter((r) => r.pid === target.pid && r.port === apiPort && r.ret < 0);
+      return found.length >= 2 ? found : undefined;
+    });
+    assert.deepEqual(
+      mine.map((r) => [r.syscallNr, r.ret, r.addr, r.comm]),
+      [
+        [SYS_SENDTO, -104, "127.0.0.1", "python3"],
+        [SYS_SENDTO, -32, "127.0.0.1", "python3"],
+      ],
+    );
+    assert.equal(mine[0]!.tid, target.pid, "single-threaded python: tid is the pid");
+  });
+
+  void it("reports the death of that connection: reset received, the request unanswered", async () => {
+    const death = await until("the close record", () =>
+      closes().find((r) => r.pid === target.pid && r.port === apiPort && r.reset),
+    );
+    assert.equal(death.err, 104);
+    assert.equal(death.unansweredBytes, Buffer.byteLength(REQUEST));
+    assert.equal(death.addr, "127.0.0.1");
+  });
+
+  void it("reports a zero-byte write(2) on an apiserver socket, over IPv4 and IPv6", async () => {
+    assert.deepEqual(await target.run("zero", "127.0.0.1", apiPort), [0]);
+    assert.deepEqual(await target.run("zero", "::1", api6Port), [0]);
+    const v4 = await until("the IPv4 zero-byte write", () =>
+      sends().find((r) => r.pid === target.pid && r.port === apiPort && r.ret === 0),
+    );
+    const v6 = await until("the IPv6 zero-byte write", () =>
+      sends().find((r) => r.pid === target.pid && r.port === api6Port && r.ret === 0),
+    );
+    assert.deepEqual([v4.syscallNr, v4.addr], [SYS_WRITE, "127.0.0.1"]);
+    assert.deepEqual([v6.syscallNr, v6.addr], [SYS_WRITE, "::1"]);
+  });
+
+  void it("reports a refused connect once, with ECONNREFUSED", async () => {
+    assert.deepEqual(await target.run("refused", "127.0.0.1", refusedPort), [111]);
+    const refused = await until("the connect record", () => connects().find((r) => r.port === refusedPort));
+    assert.deepEqual([refused.pid, refused.err, refused.addr, refused.comm], [target.pid, 111, "127.0.0.1", "python3"]);
+    await settle();
+    assert.equal(connects().filter((r) => r.port === refusedPort).length, 1, "the syscall exit and the state change must not both report it");
+  });
+
+  void it("stays silent for a non-target process and for a target's non-apiserver connection", async () => {
+    assert.deepEqual(await stranger.run("reset", "127.0.0.1", apiPort), [104, 32]);
+    assert.deepEqual(await stranger.run("zero", "127.0.0.1", apiPort), [0]);
+    assert.deepEqual(await stranger.run("refused", "127.0.0.1", refusedPort), [111]);
+    assert.deepEqual(await target.run("reset", "127.0.0.1", otherPort), [104, 32]);
+    assert.deepEqual(await target.run("zero", "127.0.0.1", otherPort), [0]);
+    await settle();
+    const stray = records.filter(
+      (r) => (r.type === "send" || r.type === "connect" || r.type === "close") && (r.pid === stranger.pid || r.port === otherPort),
+    );
+    assert.deepEqual(stray, []);
+  });
+
+  void it("counts the target's successful writes in @writes and @bytes", async () => {
+    await until("a tick", () => records.find((r) => r.type === "tick"));
+    const latest = (map: string): bigint | undefined => {
+      const counters = records.filter((r) => r.type === "counters" && r.map === map);
+      const last = counters.at(-1);
+      return last?.type === "counters" ? last.entries.find((e) => e.key[0] === target.pid)?.value : undefined;
+    };
+    // One successful sendall of the request on the apiserver connection.
+    assert.equal(latest("writes"), 1n);
+    assert.equal(latest("bytes"), BigInt(Buffer.byteLength(REQUEST)));
+    assert.equal((await metrics.probeParseErrors.get()).values.reduce((sum, v) => sum + v.value, 0), 0);
+  });
+
+  void it("follows targets added and removed through the control channel", async () => {
+    await supervisor!.addTarget(stranger.pid);
+    await stranger.run("zero", "127.0.0.1", apiPort);
+    await until("the added target's zero-byte write", () => sends().find((r) => r.pid === stranger.pid && r.ret === 0));
+    await supervisor!.removeTarget(stranger.pid);
+    await stranger.run("zero", "127.0.0.1", apiPort);
+    await settle();
+    assert.equal(sends().filter((r) => r.pid === stranger.pid).length, 1, "no record after the target was removed");
+  });
+
+  void it("printed nothing to stderr but the harmless RLIMIT_MEMLOCK note", () => {
+    assert.deepEqual(warnings, []);
+  });
+});
