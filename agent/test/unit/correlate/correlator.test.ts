@@ -1,0 +1,358 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
+import { Correlator, formatWallNs, type LossMeta } from "../../../src/correlate/correlator.ts";
+import { MonotonicClock } from "../../../src/correlate/monotonicClock.ts";
+import type { LossEvent, ProcessIdentity, SocketEvent } from "../../../src/model.ts";
+import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { type IndexedSpan, toIndexedSpans } from "../../../src/sources/spans/indexedSpans.ts";
+import { decodeProtobufTraceRequest } from "../../../src/sources/spans/otlpProtobuf.ts";
+import { SpanIndex } from "../../../src/sources/spans/spanIndex.ts";
+import { protobufBody, type SpanDef } from "../spans/otlpSpans.ts";
+
+const T0 = Date.UTC(2026, 11, 2, 15, 4, 5); // wall ms of the scenario
+const MONO_AT_T0 = 5_000_000_000_000n; // kernel ns at T0
+const clock = MonotonicClock.fixed(BigInt(T0) * 1_000_000n - MONO_AT_T0);
+const kernelNs = (wallMs: number): bigint => MONO_AT_T0 + BigInt(Math.round((wallMs - T0) * 1e6));
+
+const HOST_PID = 4242;
+const NS_PID = 1; // what the operator calls itself inside its pod
+const RESOURCE = { "process.pid": NS_PID, "k8s.pod.name": "widget-operator-7d9", "k8s.namespace.name": "ops" };
+const identity: ProcessIdentity = {
+  pid: HOST_PID,
+  tid: 4250,
+  process: "manager",
+  namespace: "ops",
+  pod: "widget-operator-7d9",
+  container: "manager",
+  controller: "widget-operator",
+};
+
+function socketEvent(atMs: number, over: Partial<SocketEvent> = {}): SocketEvent {
+  return {
+    kernelTimeNs: kernelNs(atMs),
+    pid: HOST_PID,
+    tid: 4250,
+    process: "manager",
+    syscall: "write",
+    ret: -32,
+    errno: "EPIPE",
+    bytes: 1834,
+    apiserver: "10.96.0.1:443",
+    cause: "write_failed",
+    unansweredBytes: null,
+    unansweredForMs: null,
+    retransmits: null,
+    ...over,
+  };
+}
+
+let nextId = 1;
+function id(len: number): string {
+  return (nextId++).toString(16).padStart(len, "0");
+}
+
+/** A reconcile span of one Widget with one status PATCH inside it. */
+function reconcileWithPatch(
+  widget: string,
+  opts: { startMs: number; patchStartMs: number; patchEndMs: number; endMs: number; patch?: Partial<SpanDef>; reconcileStatus?: SpanStatusCode },
+): { reconcile: SpanDef; patch: SpanDef } {
+  const traceId = id(32);
+  const reconcile: SpanDef = {
+    traceId,
+    spanId: id(16),
+    name: "reconcile",
+    startMs: opts.startMs,
+    endMs: opts.endMs,
+    status: opts.reconcileStatus ?? SpanStatusCode.UNSET,
+    attributes: { controller: "widget", controllerKind: "Widget", namespace: "default", name: widget },
+    resource: RESOURCE,
+  };
+  const patch: SpanDef = {
+    traceId,
+    spanId: id(16),
+    parentSpanId: reconcile.spanId,
+    name: "PATCH",
+    kind: SpanKind.CLIENT,
+    startMs: opts.patchStartMs,
+    endMs: opts.patchEndMs,
+    status: SpanStatusCode.ERROR,
+    attributes: {
+      "http.request.method": "PATCH",
+      "url.full": `https://10.96.0.1:443/apis/example.com/v1/namespaces/default/widgets/${widget}/status`,
+      "server.address": "10.96.0.1",
+      "server.port": 443,
+      "error.type": "write: broken pipe",
+    },
+    resource: RESOURCE,
+    ...opts.patch,
+  };
+  return { reconcile, patch };
+}
+
+function spans(defs: SpanDef[]): IndexedSpan[] {
+  return toIndexedSpans(decodeProtobufTraceRequest(protobufBody(defs)), "127.0.0.1");
+}
+
+/** A span of the same process that ended well after everything: tells the correlator the spans are in. */
+function laterSpan(atMs: number): SpanDef {
+  return { traceId: id(32), spanId: id(16), name: "housekeeping", startMs: atMs, endMs: atMs + 1, resource: RESOURCE };
+}
+
+function setup(over: { windowMs?: number; pendingCapacity?: number } = {}) {
+  let nowMs = T0 + 1000;
+  const metrics = new AgentMetrics();
+  const index = new SpanIndex({ capacity: 10_000, maxAgeMs: 60_000, metrics, now: () => nowMs });
+  const out: { event: LossEvent; meta: LossMeta }[] = [];
+  const correlator = new Correlator({
+    index,
+    metrics,
+    clock,
+    node: "n1",
+    nsPidsOf: (pid) => (pid === HOST_PID ? [HOST_PID, NS_PID] : null),
+    onLoss: (event, meta) => out.push({ event, meta }),
+    slackMs: 2,
+    now: () => nowMs,
+    ...over,
+  });
+  return {
+    correlator,
+    metrics,
+    out,
+    advance: (ms: number) => {
+      nowMs += ms;
+      correlator.tick();
+    },
+  };
+}
+
+describe("correlator", () => {
+  test("a kernel failure inside a status PATCH: matched to the PATCH and its reconcile; silent when the reconcile ended OK", () => {
+    const { correlator, out } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    assert.equal(out.length, 0, "waits for spans");
+    correlator.addSpans(spans([patch, reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 1);
+    const { event, meta } = out[0]!;
+    assert.deepEqual(event, {
+      kind: "status_write_lost",
+      time: formatWallNs(BigInt(T0 + 20) * 1_000_000n),
+      node: "n1",
+      namespace: "ops",
+      pod: "widget-operator-7d9",
+      container: "manager",
+      process: "manager",
+      pid: HOST_PID,
+      tid: 4250,
+      cause: "write_failed",
+      syscall: "write",
+      errno: "EPIPE",
+      ret: -32,
+      bytes: 1834,
+      apiserver: "10.96.0.1:443",
+      noticed: "no",
+      correlation: "span",
+      trace_id: patch.traceId,
+      span_id: patch.spanId,
+      reconcile: { controller: "widget", namespace: "default", name: "w1", kind: "Widget" },
+      request: { method: "PATCH", path: "/apis/example.com/v1/namespaces/default/widgets/w1/status", status_code: null },
+      unanswered_bytes: null,
+      unanswered_for_ms: null,
+      retransmits: null,
+    });
+    assert.equal(event.time, "2026-12-02T15:04:05.020000Z");
+    assert.deepEqual(meta, {
+      kernelTimeNs: kernelNs(T0 + 20),
+      wallTimeNs: BigInt(T0 + 20) * 1_000_000n,
+      matchedSpan: { traceId: patch.traceId, spanId: patch.spanId },
+    });
+  });
+
+  test("noticed: yes when the reconcile span recorded the error", () => {
+    const { correlator, out } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", {
+      startMs: T0,
+      patchStartMs: T0 + 10,
+      patchEndMs: T0 + 30,
+      endMs: T0 + 100,
+      reconcileStatus: SpanStatusCode.ERROR,
+    });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    correlator.addSpans(spans([patch, reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out[0]?.event.noticed, "yes");
+  });
+
+  test("spans of the host pid are not the operator's: process.pid is matched through NSpid", () => {
+    const { correlator, out, advance } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    const hostPidResource = { ...RESOURCE, "process.pid": HOST_PID };
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    correlator.addSpans(spans([{ ...patch, resource: hostPidResource }, { ...reconcile, resource: hostPidResource }]));
+    advance(10_000);
+    const kernel = out.filter((o) => o.event.cause === "write_failed");
+    assert.equal(kernel.length, 1);
+    assert.equal(kernel[0]?.event.correlation, "none");
+  });
+
+  test("two concurrent reconciles, one write answered: the unanswered one is chosen", () => {
+    const { correlator, out } = setup();
+    const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    const b = reconcileWithPatch("w2", {
+      startMs: T0 + 1,
+      patchStartMs: T0 + 11,
+      patchEndMs: T0 + 25,
+      endMs: T0 + 90,
+      patch: { status: SpanStatusCode.UNSET, attributes: { "http.request.method": "PATCH", "url.path": "/apis/example.com/v1/namespaces/default/widgets/w2/status", "http.response.status_code": 200 } },
+    });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    correlator.addSpans(spans([b.patch, a.patch, b.reconcile, a.reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 1);
+    assert.equal(out[0]?.event.correlation, "span");
+    assert.equal(out[0]?.event.reconcile?.name, "w1");
+  });
+
+  test("two concurrent reconciles, both writes unanswered: ambiguous with both, never one alone", () => {
+    const { correlator, out } = setup();
+    const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    const b = reconcileWithPatch("w2", { startMs: T0 + 1, patchStartMs: T0 + 12, patchEndMs: T0 + 31, endMs: T0 + 95 });
+    correlator.addSocketEvent(socketEvent(T0 + 20, { tid: 9999 }), identity);
+    correlator.addSpans(spans([a.patch, b.patch, b.reconcile, a.reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 1);
+    const { event, meta } = out[0]!;
+    assert.equal(event.correlation, "ambiguous");
+    assert.equal(event.span_id, null);
+    assert.equal(event.reconcile, null, "the reconciles differ: none is named");
+    assert.equal(meta.matchedSpan, null);
+    assert.deepEqual(
+      event.candidates?.map((c) => c.reconcile?.name).sort(),
+      ["w1", "w2"],
+    );
+    assert.deepEqual(event.candidates?.map((c) => c.span_id).sort(), [a.patch.spanId, b.patch.spanId].sort());
+  });
+
+  test("the failing thread's span breaks a tie when the sender records thread.id", () => {
+    const { correlator, out } = setup();
+    const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    const b = reconcileWithPatch("w2", { startMs: T0 + 1, patchStartMs: T0 + 12, patchEndMs: T0 + 31, endMs: T0 + 95 });
+    b.patch.attributes = { ...b.patch.attributes, "thread.id": 4251 };
+    correlator.addSocketEvent(socketEvent(T0 + 20, { tid: 4251 }), identity);
+    correlator.addSpans(spans([a.patch, b.patch, b.reconcile, a.reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out[0]?.event.correlation, "span");
+    assert.equal(out[0]?.event.reconcile?.name, "w2");
+  });
+
+  test("a kernel failure and the client span of the same failure make one event; the kernel names the cause", () => {
+    const { correlator, out, advance } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    correlator.addSocketEvent(socketEvent(T0 + 20, { cause: "connection_reset", syscall: "unknown", errno: "ECONNRESET", ret: null as unknown as number }), identity);
+    correlator.addSpans(spans([patch]));
+    correlator.addSpans(spans([reconcile, laterSpan(T0 + 200)]));
+    advance(20_000);
+    assert.equal(out.length, 1, JSON.stringify(out.map((o) => o.event.cause)));
+    assert.equal(out[0]?.event.cause, "connection_reset");
+    assert.equal(out[0]?.event.span_id, patch.spanId);
+    assert.equal(out[0]?.event.request?.method, "PATCH");
+  });
+
+  test("a status write answered 409, with no kernel event: one http_rejected event, after its reconcile span arrived", () => {
+    const { correlator, out, advance } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", {
+      startMs: T0,
+      patchStartMs: T0 + 10,
+      patchEndMs: T0 + 30,
+      endMs: T0 + 100,
+      reconcileStatus: SpanStatusCode.ERROR,
+      patch: {
+        attributes: {
+          "http.method": "PUT",
+          "http.url": "https://10.96.0.1/apis/example.com/v1/namespaces/default/widgets/w1/status",
+          "http.status_code": 409,
+          "server.address": "10.96.0.1",
+          "server.port": 443,
+        },
+      },
+    });
+    correlator.addSpans(spans([patch]));
+    assert.equal(out.length, 0, "waits for the reconcile span");
+    correlator.addSpans(spans([reconcile]));
+    assert.equal(out.length, 1);
+    const { event, meta } = out[0]!;
+    assert.equal(event.cause, "http_rejected");
+    assert.equal(event.correlation, "span");
+    assert.deepEqual(event.request, { method: "PUT", path: "/apis/example.com/v1/namespaces/default/widgets/w1/status", status_code: 409 });
+    assert.equal(event.reconcile?.name, "w1");
+    assert.equal(event.noticed, "yes");
+    assert.equal(event.pid, null, "process.pid is not a host pid");
+    assert.equal(event.pod, "widget-operator-7d9");
+    assert.equal(event.apiserver, "10.96.0.1:443");
+    assert.equal(event.errno, null);
+    assert.equal(meta.kernelTimeNs, null);
+    advance(20_000);
+    correlator.addSpans(spans([patch]));
+    advance(20_000);
+    assert.equal(out.length, 1, "the same span again is not a second loss");
+  });
+
+  test("a GET answered 500 or a status write answered 200 is not an http_rejected loss", () => {
+    const { correlator, out, advance } = setup();
+    const get = reconcileWithPatch("w1", {
+      startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100,
+      patch: { attributes: { "http.request.method": "GET", "url.path": "/apis/example.com/v1/namespaces/default/widgets/w1/status", "http.response.status_code": 500 } },
+    });
+    const ok = reconcileWithPatch("w2", {
+      startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100,
+      patch: { status: SpanStatusCode.UNSET, attributes: { "http.request.method": "PATCH", "url.path": "/apis/example.com/v1/namespaces/default/widgets/w2/status", "http.response.status_code": 200 } },
+    });
+    correlator.addSpans(spans([get.patch, get.reconcile, ok.patch, ok.reconcile]));
+    advance(20_000);
+    assert.equal(out.length, 0);
+  });
+
+  test("without spans the event waits for the window, then says correlation none", () => {
+    const { correlator, out, advance, metrics } = setup({ windowMs: 10_000 });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    advance(9_999);
+    assert.equal(out.length, 0);
+    assert.equal(correlator.pendingCount, 1);
+    advance(1);
+    assert.equal(out.length, 1);
+    const { event } = out[0]!;
+    assert.equal(event.correlation, "none");
+    assert.equal(event.noticed, "unknown");
+    assert.equal(event.request, null);
+    assert.equal(event.reconcile, null);
+    assert.equal(event.trace_id, null);
+    assert.equal(correlator.pendingCount, 0);
+    const latency = metrics.detectionLatency as unknown as { hashMap: Record<string, { count: number }> };
+    assert.ok(Object.values(latency.hashMap).some((h) => h.count === 1));
+  });
+
+  test("a full pending buffer emits its oldest early and counts it; no event is lost", async () => {
+    const { correlator, out, metrics } = setup({ pendingCapacity: 2 });
+    for (let i = 0; i < 3; i++) correlator.addSocketEvent(socketEvent(T0 + i), identity);
+    assert.equal(out.length, 1);
+    assert.equal(correlator.pendingCount, 2);
+    const dropped = (await metrics.eventsDropped.get()).values.find((v) => v.labels.stage === "correlate");
+    assert.equal(dropped?.value, 1);
+    correlator.flush();
+    assert.equal(out.length, 3);
+  });
+
+  test("the same input replays to byte-identical events", () => {
+    const run = (): string => {
+      nextId = 1000;
+      const { correlator, out, advance } = setup();
+      const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+      const b = reconcileWithPatch("w2", { startMs: T0 + 1, patchStartMs: T0 + 12, patchEndMs: T0 + 31, endMs: T0 + 95 });
+      correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+      correlator.addSocketEvent(socketEvent(T0 + 500), identity);
+      correlator.addSpans(spans([a.patch, b.patch, b.reconcile, a.reconcile, laterSpan(T0 + 200)]));
+      advance(15_000);
+      return out.map((o) => JSON.stringify(o.event)).join("\n");
+    };
+    const first = run();
+    assert.equal(first.split("\n").length, 2);
+    assert.equal(run(), first);
+  });
+});
