@@ -31,10 +31,10 @@ export interface SocketEvent {
   pid: number;
   tid: number;
   process: string;
-  /** write, writev, sendto, sendmsg, connect; "unknown" when the kernel path does not say. */
-  syscall: string;
-  /** Negative errno or the byte count the syscall returned. */
-  ret: number;
+  /** write, writev, sendto, sendmsg, connect; "unknown" when the kernel path does not say; null for a connection death. */
+  syscall: string | null;
+  /** Negative errno or the byte count the syscall returned; null when no syscall failed. */
+  ret: number | null;
   /** Symbolic errno (EPIPE) or null for a zero-byte write. */
   errno: string | null;
   /** Bytes the caller asked to send, when known. */

@@ -6,7 +6,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 
-export type ProbeVariant = "sockets";
+export type ProbeVariant = "sockets" | "syscalls";
+export const PROBE_VARIANTS = ["sockets", "syscalls"] as const;
 
 export interface ProbeState {
   targets: Iterable<number>;
@@ -24,6 +25,24 @@ export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
     "tcp/tcp_receive_reset",
     "tcp/tcp_retransmit_skb",
   ],
+  syscalls: [
+    "syscalls/sys_enter_write",
+    "syscalls/sys_exit_write",
+    "syscalls/sys_enter_writev",
+    "syscalls/sys_exit_writev",
+    "syscalls/sys_enter_sendto",
+    "syscalls/sys_exit_sendto",
+    "syscalls/sys_enter_sendmsg",
+    "syscalls/sys_exit_sendmsg",
+    "syscalls/sys_enter_connect",
+    "syscalls/sys_exit_connect",
+    "sock/inet_sock_set_state",
+  ],
+};
+
+const PROGRAM_FILES: Record<ProbeVariant, string> = {
+  sockets: "apiserver_sockets.bt",
+  syscalls: "apiserver_syscalls.bt",
 };
 
 export function tracepointAvailable(name: string, roots = TRACEFS_ROOTS): boolean {
@@ -32,17 +51,16 @@ export function tracepointAvailable(name: string, roots = TRACEFS_ROOTS): boolea
 
 /**
  * sock:sock_send_length (Linux >= 6.3) lets the probe see every socket send
- * without a syscall tracepoint, which would slow every file write on the node.
- * There is no second variant yet: on an older kernel the agent says so.
+ * without a syscall tracepoint; the syscall tracepoints of the fallback slow
+ * every file write of every process on the node by 2-4x, so they are used
+ * only on kernels that lack the socket tracepoints.
  */
 export function chooseVariant(available = tracepointAvailable): ProbeVariant {
-  const missing = REQUIRED_TRACEPOINTS.sockets.filter((tp) => !available(tp));
-  if (missing.length) {
-    throw new Error(
-      `kernel lacks tracepoints ${missing.join(", ")} (needs Linux >= 6.3 with tracefs mounted); run "lostwrite doctor"`,
-    );
+  for (const variant of PROBE_VARIANTS) {
+    if (REQUIRED_TRACEPOINTS[variant].every((tp) => available(tp))) return variant;
   }
-  return "sockets";
+  const missing = REQUIRED_TRACEPOINTS.syscalls.filter((tp) => !available(tp));
+  throw new Error(`kernel lacks tracepoints ${missing.join(", ")} (is tracefs mounted?); run "lostwrite doctor"`);
 }
 
 export function probesDir(): string {
@@ -57,7 +75,7 @@ export function probesDir(): string {
 }
 
 export function programPath(variant: ProbeVariant): string {
-  return path.join(probesDir(), variant === "sockets" ? "apiserver_sockets.bt" : "");
+  return path.join(probesDir(), PROGRAM_FILES[variant]);
 }
 
 const MARKER = "// @initial-state";

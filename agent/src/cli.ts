@@ -1,0 +1,128 @@
+#!/usr/bin/env node
+// The `lostwrite` command. Flags are declared once per config key (config.ts
+// owns the schema); commander only collects what the user typed, and
+// loadConfig() merges flags > env > file > defaults and validates.
+import { Command, Option } from "commander";
+import { ConfigError, configFromEnv, configFromFile, envName, loadConfig, type Config } from "./config.ts";
+import { createLogger } from "./sinks/log.ts";
+
+const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boolean; boolean?: boolean }[] = [
+  { key: "target-pid", flag: "--target-pid <pid>", help: "watch this process (repeatable)", repeatable: true },
+  { key: "target-comm", flag: "--target-comm <regex>", help: "watch processes whose comm matches" },
+  { key: "target-cmdline", flag: "--target-cmdline <regex>", help: "watch processes whose command line matches" },
+  { key: "kubernetes", flag: "--kubernetes", help: "watch operator pods on this node", boolean: true },
+  { key: "node-name", flag: "--node-name <name>", help: "node name for events (default: hostname)" },
+  { key: "apiserver", flag: "--apiserver <host:port>", help: "an apiserver endpoint, IP:PORT (repeatable)", repeatable: true },
+  { key: "listen", flag: "--listen <addr:port>", help: "/metrics, /healthz, /readyz, /events (default 127.0.0.1:9470)" },
+  { key: "otlp-listen", flag: "--otlp-listen <addr:port>", help: "OTLP/HTTP span intake (default 127.0.0.1:4318)" },
+  { key: "otlp-forward", flag: "--otlp-forward <url>", help: "pass every received span batch on to this OTLP/HTTP URL" },
+  { key: "record", flag: "--record <file>", help: "record the probe stream and received spans for replay" },
+  { key: "correlation-window", flag: "--correlation-window <duration>", help: "longest wait for spans (default 10s)" },
+  { key: "probe-variant", flag: "--probe-variant <variant>", help: "auto, sockets or syscalls (default auto)" },
+  { key: "bpftrace", flag: "--bpftrace <path>", help: "bpftrace binary (default: bpftrace on PATH)" },
+  { key: "rescan-interval", flag: "--rescan-interval <duration>", help: "how often targets are rescanned (default 1s)" },
+  { key: "proc-root", flag: "--proc-root <path>", help: "the host's /proc (default /proc)" },
+  { key: "unanswered-min-bytes", flag: "--unanswered-min-bytes <n>", help: "smallest unanswered send that is a request (default 64)" },
+];
+
+function camel(key: string): string {
+  return key.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
+}
+
+function addConfigFlags(command: Command): Command {
+  command.option("--config <file>", "YAML config file (keys are the flag names)");
+  for (const f of FLAGS) {
+    const option = new Option(f.flag, `${f.help} [env ${envName(f.key)}]`);
+    if (f.repeatable) option.argParser((value: string, previous: string[] | undefined) => [...(previous ?? []), value]);
+    command.addOption(option);
+  }
+  return command;
+}
+
+/** The config from every source; exits with the error when it is invalid. */
+export function resolveConfig(opts: Record<string, unknown>): Config {
+  const flags: Record<string, unknown> = {};
+  for (const f of FLAGS) if (opts[camel(f.key)] !== undefined) flags[f.key] = opts[camel(f.key)];
+  const file = (opts.config as string | undefined) ?? process.env.LOSTWRITE_CONFIG;
+  return loadConfig([
+    { name: file ? `config file "${file}"` : "config file", values: file ? configFromFile(file) : {} },
+    { name: "environment", values: configFromEnv(process.env) },
+    { name: "flag", values: flags },
+  ]);
+}
+
+function fail(err: unknown): never {
+  process.stderr.write(`lostwrite: ${err instanceof ConfigError || err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(2);
+}
+
+const program = new Command("lostwrite")
+  .description("Catches the status writes Kubernetes operators lose on the way to the kube-apiserver.")
+  .showHelpAfterError();
+
+addConfigFlags(program.command("agent").description("run the node agent (the DaemonSet process)")).action(
+  async (opts: Record<string, unknown>) => {
+    let config: Config;
+    try {
+      config = resolveConfig(opts);
+    } catch (err) {
+      fail(err);
+    }
+    const log = createLogger(process.stderr);
+    const { startAgent } = await import("./pipeline.ts");
+    let agent: Awaited<ReturnType<typeof startAgent>>;
+    try {
+      agent = await startAgent(config, log);
+    } catch (err) {
+      fail(err);
+    }
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
+      log.info("stopping", { signal });
+      agent.close().then(
+        () => process.exit(0),
+        (err: unknown) => fail(err),
+      );
+    };
+    process.on("SIGINT", () => stop("SIGINT"));
+    process.on("SIGTERM", () => stop("SIGTERM"));
+  },
+);
+
+addConfigFlags(program.command("probe").description("print the rendered bpftrace program for the given targets")).action(
+  async (opts: Record<string, unknown>) => {
+    let config: Config;
+    try {
+      config = resolveConfig(opts);
+    } catch (err) {
+      fail(err);
+    }
+    const { renderProbeForConfig } = await import("./probeCommand.ts");
+    process.stdout.write(await renderProbeForConfig(config));
+  },
+);
+
+program
+  .command("doctor")
+  .description("check kernel, tracefs, BTF, bpftrace and privileges; say what to fix")
+  .option("--bpftrace <path>", "bpftrace binary", "bpftrace")
+  .action(async (opts: { bpftrace: string }) => {
+    const { runDoctor } = await import("./doctor.ts");
+    process.exitCode = await runDoctor({ bpftrace: opts.bpftrace, out: process.stdout });
+  });
+
+program
+  .command("tail")
+  .description("print live loss events from an agent's /events")
+  .argument("[url]", "the agent's events URL", "ws://127.0.0.1:9470/events")
+  .option("--json", "print raw JSON lines")
+  .option("--since <time>", "replay events since this RFC 3339 time first")
+  .action(async (url: string, opts: { json?: boolean; since?: string }) => {
+    const { runTail } = await import("./tail.ts");
+    const color = process.stdout.isTTY && !process.env.NO_COLOR;
+    await runTail(url, { json: Boolean(opts.json), out: process.stdout, color, ...(opts.since ? { since: opts.since } : {}) });
+  });
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,218 @@
+// The agent's data path, built in one place. Read top to bottom:
+//
+//   targets ──► probe (bpftrace, in-kernel filters) ──► judge ──► correlate ──► sinks
+//   OTLP spans ─────────────────────────────────────────────────► correlate
+//
+// Every stage is built before any starts; start-up is ordered (sinks, then
+// intake, then the probe) and teardown always runs, in reverse. Stages talk
+// through bounded queues whose drops are counted.
+import type http from "node:http";
+import type { Config } from "./config.ts";
+import type { LossEvent, ProcessIdentity } from "./model.ts";
+import { Correlator, type LossMeta } from "./correlate/correlator.ts";
+import { MonotonicClock } from "./correlate/monotonicClock.ts";
+import { BoundedQueue } from "./boundedQueue.ts";
+import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
+import { startHttpServer } from "./sinks/httpServer.ts";
+import { createEventLog, type Logger } from "./sinks/log.ts";
+import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, workloadLabels } from "./sinks/lossMetrics.ts";
+import { AgentMetrics } from "./sinks/metrics.ts";
+import { createTraceSink } from "./sinks/traces.ts";
+import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
+import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
+import { parseEndpoint } from "./sources/probe/endpointKey.ts";
+import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
+import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
+import { errnoName, judge, syscallName } from "./sources/probe/socketEvents.ts";
+import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
+import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
+import { SpanIndex } from "./sources/spans/spanIndex.ts";
+import { TargetWatcher } from "./sources/targets/targetWatcher.ts";
+
+export interface RunningAgent {
+  metrics: AgentMetrics;
+  variant: ProbeVariant;
+  /** Where /metrics, /healthz, /readyz and /events answer. */
+  listen: { host: string; port: number };
+  otlp: { host: string; port: number };
+  /** Subscribe to emitted loss events (in-process consumers: demo, tests). */
+  onLoss(listener: (event: LossEvent) => void): void;
+  close(): Promise<void>;
+}
+
+function hostPort(value: string): { host: string; port: number } {
+  const i = value.lastIndexOf(":");
+  return { host: value.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(value.slice(i + 1)) };
+}
+
+export async function startAgent(config: Config, log: Logger): Promise<RunningAgent> {
+  const metrics = new AgentMetrics();
+  const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
+  metrics.probeInfo.set({ variant, bpftrace_version: "" }, 1);
+  log.info("probe variant chosen", { variant });
+
+  // --- build every stage -------------------------------------------------
+  const clock = new MonotonicClock();
+  const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics });
+  const lossListeners: ((event: LossEvent) => void)[] = [];
+  const eventLog = createEventLog(process.stdout, { metrics });
+  const traceSink = createTraceSink({ enabled: Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), logger: log, metrics });
+  const controllers = new BoundedLabel(256);
+  let feed: EventFeed | undefined;
+
+  const targets = new TargetWatcher({
+    rules: {
+      pids: config["target-pid"],
+      comm: config["target-comm"] ? new RegExp(config["target-comm"]) : null,
+      cmdline: config["target-cmdline"] ? new RegExp(config["target-cmdline"]) : null,
+      exclude: (pid) => pid === process.pid || pid === process.ppid,
+    },
+    procRoot: config["proc-root"],
+    metrics,
+    onChange: async ({ added, removed }) => {
+      for (const t of added) await probe.addTarget(t.pid);
+      for (const t of removed) await probe.removeTarget(t.pid);
+      // The next counter print carries their final values; then the kernel forgets them.
+      if (removed.length) {
+        setTimeout(() => {
+          for (const t of removed) void probe.forgetCounters(t.pid).then(() => counters.forget(t.pid));
+        }, 2500).unref();
+      }
+      if (added.length || removed.length) {
+        log.info("targets changed", { added: added.map((t) => `${t.comm}[${t.pid}]`), removed: removed.map((t) => `${t.comm}[${t.pid}]`) });
+      }
+    },
+  });
+  const endpoints = config.apiserver.map(parseEndpoint);
+
+  const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
+    const known = targets.identity(pid)?.identity;
+    return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
+  };
+
+  const emitLoss = (event: LossEvent, meta: LossMeta): void => {
+    const identity = event.pid === null ? null : targets.identity(event.pid)?.identity;
+    recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
+    if (meta.kernelTimeNs !== null) {
+      metrics.detectionLatency.observe(Number(process.hrtime.bigint() - meta.kernelTimeNs) / 1e9);
+    }
+    eventLog.write(event);
+    feed?.publish(event);
+    traceSink.export(event);
+    for (const listener of lossListeners) listener(event);
+  };
+
+  const correlator = new Correlator({
+    index,
+    metrics,
+    clock,
+    node: config["node-name"],
+    nsPidsOf: (pid) => targets.identity(pid)?.nsPids ?? null,
+    onLoss: emitLoss,
+    windowMs: config["correlation-window"],
+  });
+
+  const counters = new CounterDeltas();
+  const handleRecord = (record: ProbeRecord): void => {
+    if (record.type === "counters") {
+      for (const { key, delta } of counters.update(record.map, record.entries)) {
+        const pid = key[0]!;
+        const labels = workloadLabels(identityOf(pid, pid, targets.identity(pid)?.comm ?? "unknown"));
+        if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
+        else if (record.map === "bytes") metrics.writeBytes.inc(labels, Number(delta));
+        else if (record.map === "retransmits") metrics.retransmits.inc(labels, Number(delta));
+        else if (record.map === "transient") {
+          // EAGAIN, EINTR, EINPROGRESS: failed syscalls the caller retries, counted but not losses.
+          const [, nr = -1, errno = 0] = key;
+          recordSocketEvent(metrics, { syscall: syscallName(nr), errno: errnoName(errno) }, labels, Number(delta));
+        }
+      }
+      return;
+    }
+    const verdict = judge(record, { unansweredMinBytes: config["unanswered-min-bytes"] });
+    if (verdict.kind === "connection_loss") {
+      recordConnectionLoss(metrics, workloadLabels(identityOf(verdict.pid, verdict.pid, verdict.process)), verdict.reason);
+    } else if (verdict.kind === "loss") {
+      const identity = identityOf(verdict.event.pid, verdict.event.tid, verdict.event.process);
+      recordSocketEvent(metrics, verdict.event, identity);
+      if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
+      correlator.addSocketEvent(verdict.event, identity);
+    }
+  };
+  // probe → judge/correlate; bpftrace output is read as fast as it comes, the
+  // queue absorbs bursts without blocking the reader.
+  const probeToCorrelator = new BoundedQueue<ProbeRecord>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: handleRecord });
+  const spansToCorrelator = new BoundedQueue<IndexedSpan[]>({
+    name: "spansToCorrelator",
+    capacity: 1024,
+    metrics,
+    consume: (spans) => correlator.addSpans(spans),
+  });
+
+  const probe = new BpftraceSupervisor({
+    variant,
+    bpftrace: config.bpftrace,
+    metrics,
+    log,
+    state: () => ({ targets: targets.pids(), endpoints }),
+    onRecord: (record) => probeToCorrelator.push(record),
+    onInstance: () => counters.reset(),
+  });
+
+  // --- start, in order; on failure, tear down what started ---------------
+  const teardown: (() => Promise<void> | void)[] = [];
+  const close = async (): Promise<void> => {
+    for (const step of teardown.reverse().splice(0)) {
+      try {
+        await step();
+      } catch (err) {
+        log.warn("teardown step failed", { error: String(err) });
+      }
+    }
+  };
+  try {
+    const listen = hostPort(config.listen);
+    const server: http.Server = await startHttpServer({
+      ...listen,
+      metrics,
+      ready: () => (probe.ready ? { ok: true, reason: "probe attached" } : { ok: false, reason: "probe not attached" }),
+    });
+    teardown.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    feed = attachEventFeed(server, { replayCapacity: 1000, maxBufferedBytes: 1 << 20, metrics });
+    teardown.push(() => feed!.close());
+    teardown.push(() => traceSink.shutdown());
+    const stopTicking = correlator.startTicking(250);
+    teardown.push(() => {
+      stopTicking();
+      correlator.flush();
+    });
+    const otlp: OtlpReceiver = await startOtlpReceiver({
+      listen: config["otlp-listen"],
+      maxBodyBytes: 8 << 20,
+      ...(config["otlp-forward"] ? { forwardUrl: config["otlp-forward"] } : {}),
+      metrics,
+      onSpans: (spans) => spansToCorrelator.push(spans),
+    });
+    teardown.push(() => otlp.close());
+
+    await targets.scan();
+    teardown.push(() => targets.stop());
+    teardown.push(() => probe.stop());
+    await probe.start();
+    targets.start(config["rescan-interval"]);
+    const address = server.address();
+    const bound = typeof address === "object" && address ? { host: address.address, port: address.port } : listen;
+    log.info("agent ready", { listen: bound, otlp: otlp.address, targets: targets.pids().length, apiservers: endpoints.map((e) => e.text) });
+    return {
+      metrics,
+      variant,
+      listen: bound,
+      otlp: otlp.address,
+      onLoss: (listener) => lossListeners.push(listener),
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

@@ -1,0 +1,68 @@
+// Turns events into metric increments, with every label value kept inside its
+// closed set (metrics.ts), so series stay bounded whatever the kernel says.
+import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
+import { CAUSES, closed, NOTICED, SYSCALLS, type AgentMetrics } from "./metrics.ts";
+import { ERRNO_LABELS } from "./errnoLabels.ts";
+import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
+
+type Workload = Pick<ProcessIdentity, "namespace" | "pod" | "container" | "process">;
+
+export function workloadLabels(identity: Workload): Record<"namespace" | "pod" | "container" | "process", string> {
+  return { namespace: identity.namespace, pod: identity.pod, container: identity.container, process: identity.process };
+}
+
+export function errnoLabel(errno: string | null): string {
+  return errno === null ? "none" : closed(ERRNO_LABELS, errno);
+}
+
+/** Before correlation: the failed syscall itself. Connection deaths are not syscalls. */
+export function recordSocketEvent(
+  metrics: AgentMetrics,
+  event: Pick<SocketEvent, "syscall" | "errno">,
+  identity: Workload,
+  count = 1,
+): void {
+  if (event.syscall === null) return;
+  metrics.syscallErrors.inc(
+    { ...workloadLabels(identity), syscall: closed(SYSCALLS, event.syscall), errno: errnoLabel(event.errno) },
+    count,
+  );
+}
+
+export function recordConnectionLoss(metrics: AgentMetrics, identity: Workload, reason: ConnectionLossReason): void {
+  metrics.connectionLosses.inc({ ...workloadLabels(identity), reason });
+}
+
+/**
+ * Controller names come from spans, i.e. from outside: the first `capacity`
+ * distinct values are labels, later ones become "other".
+ */
+export class BoundedLabel {
+  private readonly seen = new Set<string>();
+  private readonly capacity: number;
+  constructor(capacity: number) {
+    this.capacity = capacity;
+  }
+  value(raw: string): string {
+    if (this.seen.has(raw)) return raw;
+    if (this.seen.size >= this.capacity) return "other";
+    this.seen.add(raw);
+    return raw;
+  }
+}
+
+export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: string): void {
+  const request =
+    event.request === null ? "unknown" : isStatusWrite(event.request.method ?? "", event.request.path ?? "") ? "status" : "other";
+  metrics.statusWriteLost.inc({
+    namespace: event.namespace ?? "",
+    pod: event.pod ?? "",
+    container: event.container ?? "",
+    process: event.process ?? "",
+    controller,
+    request,
+    cause: closed(CAUSES, event.cause),
+    errno: errnoLabel(event.errno),
+    noticed: closed(NOTICED, event.noticed),
+  });
+}

@@ -1,0 +1,111 @@
+// Turns probe records into the agent's SocketEvents and connection-loss
+// verdicts. This is where kernel numbers become names (errno, syscall) and
+// where a closed connection is judged: lost request, idle death, or normal.
+import os from "node:os";
+import type { ConnectionLossReason, SocketEvent } from "../../model.ts";
+import type { ProbeRecord } from "./probeOutput.ts";
+
+const ERRNO_NAMES = new Map(Object.entries(os.constants.errno).map(([name, value]) => [value, name]));
+const ETIMEDOUT = os.constants.errno.ETIMEDOUT;
+const ECONNRESET = os.constants.errno.ECONNRESET;
+
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES.get(errno) ?? `E${errno}`;
+}
+
+// x86_64 syscall numbers of the write family, as the probe reads them from pt_regs.
+const SYSCALLS: Record<number, string> = { 1: "write", 20: "writev", 44: "sendto", 46: "sendmsg", 42: "connect", 307: "sendmmsg" };
+
+export function syscallName(nr: number): string {
+  return SYSCALLS[nr] ?? "unknown";
+}
+
+function peer(addr: string, port: number): string {
+  return addr.includes(":") ? `[${addr}]:${port}` : `${addr}:${port}`;
+}
+
+const base = { unansweredBytes: null, unansweredForMs: null, retransmits: null } as const;
+
+export type ProbeVerdict =
+  | { kind: "loss"; event: SocketEvent; connectionLoss: ConnectionLossReason | null }
+  | { kind: "connection_loss"; pid: number; process: string; reason: ConnectionLossReason }
+  | { kind: "none" };
+
+export interface VerdictOptions {
+  /**
+   * Unanswered bytes below this are protocol chatter (an HTTP/2 WINDOW_UPDATE
+   * or PING in a TLS record is ~40 bytes), not a request.
+   */
+  unansweredMinBytes: number;
+}
+
+export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
+  switch (record.type) {
+    case "send":
+      return {
+        kind: "loss",
+        connectionLoss: null,
+        event: {
+          ...base,
+          kernelTimeNs: record.ts,
+          pid: record.pid,
+          tid: record.tid,
+          process: record.comm,
+          syscall: syscallName(record.syscallNr),
+          ret: record.ret,
+          errno: record.ret < 0 ? errnoName(-record.ret) : null,
+          bytes: null,
+          apiserver: peer(record.addr, record.port),
+          cause: record.ret === 0 ? "zero_byte_write" : "write_failed",
+        },
+      };
+    case "connect":
+      return {
+        kind: "loss",
+        connectionLoss: null,
+        event: {
+          ...base,
+          kernelTimeNs: record.ts,
+          pid: record.pid,
+          tid: record.tid,
+          process: record.comm,
+          syscall: "connect",
+          ret: record.err ? -record.err : null,
+          errno: record.err ? errnoName(record.err) : null,
+          bytes: null,
+          apiserver: peer(record.addr, record.port),
+          cause: "connect_failed",
+        },
+      };
+    case "close": {
+      const failed = record.reset || record.err !== 0;
+      const reason: ConnectionLossReason | null =
+        record.err === ETIMEDOUT ? "timeout" : failed ? "reset" : record.unansweredBytes >= opts.unansweredMinBytes ? "closed_unanswered" : null;
+      if (record.unansweredBytes < opts.unansweredMinBytes) {
+        return reason ? { kind: "connection_loss", pid: record.pid, process: record.comm, reason } : { kind: "none" };
+      }
+      const errno = record.err ? record.err : record.reset ? ECONNRESET : 0;
+      return {
+        kind: "loss",
+        connectionLoss: reason,
+        event: {
+          kernelTimeNs: record.ts,
+          pid: record.pid,
+          tid: record.tid,
+          process: record.comm,
+          syscall: null,
+          ret: null,
+          errno: errno ? errnoName(errno) : null,
+          bytes: record.unansweredBytes,
+          apiserver: peer(record.addr, record.port),
+          cause: failed ? "connection_reset" : "connection_closed_unanswered",
+          unansweredBytes: record.unansweredBytes,
+          unansweredForMs: Number(record.waitedNs / 1000n) / 1000,
+          retransmits: record.retransmits,
+        },
+      };
+    }
+    default:
+      return { kind: "none" };
+  }
+}

@@ -1,0 +1,52 @@
+// Which host processes are targets: explicit pids, and processes whose comm or
+// cmdline matches a rule. Rescanned on an interval so a process started after
+// the agent is watched within one interval, and an exited one is dropped.
+import { listPids, readProcess, type ProcessInfo } from "./processTable.ts";
+
+export type TargetSource = "pid" | "comm" | "cmdline";
+
+export interface Target extends ProcessInfo {
+  source: TargetSource;
+}
+
+export interface TargetRules {
+  pids: number[];
+  comm: RegExp | null;
+  cmdline: RegExp | null;
+  /** Never targets: the agent itself and its bpftrace children. */
+  exclude: (pid: number) => boolean;
+}
+
+export interface TargetDiff {
+  added: Target[];
+  removed: Target[];
+  current: Map<number, Target>;
+}
+
+export async function scanTargets(rules: TargetRules, procRoot = "/proc"): Promise<Map<number, Target>> {
+  const found = new Map<number, Target>();
+  const explicit = new Set(rules.pids);
+  const candidates = rules.comm || rules.cmdline ? await listPids(procRoot) : [...explicit];
+  for (const pid of new Set([...candidates, ...explicit])) {
+    if (rules.exclude(pid)) continue;
+    const info = await readProcess(pid, procRoot);
+    if (!info) continue;
+    const source: TargetSource | null = explicit.has(pid)
+      ? "pid"
+      : rules.comm?.test(info.comm)
+        ? "comm"
+        : rules.cmdline?.test(info.cmdline)
+          ? "cmdline"
+          : null;
+    if (source) found.set(pid, { ...info, source });
+  }
+  return found;
+}
+
+export function diffTargets(previous: Map<number, Target>, current: Map<number, Target>): TargetDiff {
+  const added = [...current.values()].filter((t) => !previous.has(t.pid));
+  // A pid whose comm changed was reused (or exec'd): treat it as a new process.
+  const removed = [...previous.values()].filter((t) => current.get(t.pid)?.comm !== t.comm);
+  const readded = removed.filter((t) => current.has(t.pid)).map((t) => current.get(t.pid)!);
+  return { added: [...added, ...readded], removed, current };
+}
