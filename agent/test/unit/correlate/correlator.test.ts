@@ -126,8 +126,8 @@ function setup(over: { windowMs?: number; pendingCapacity?: number } = {}) {
   };
 }
 
-describe("correlator", () => {
-  test("a kernel failure inside a status PATCH: matched to the PATCH and its reconcile; silent when the reconcile ended OK", () => {
+void describe("correlator", () => {
+  void test("a kernel failure inside a status PATCH: matched to the PATCH and its reconcile; silent when the reconcile ended OK", () => {
     const { correlator, out } = setup();
     const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
     correlator.addSocketEvent(socketEvent(T0 + 20), identity);
@@ -169,7 +169,7 @@ describe("correlator", () => {
     });
   });
 
-  test("noticed: yes when the reconcile span recorded the error", () => {
+  void test("noticed: yes when the reconcile span recorded the error", () => {
     const { correlator, out } = setup();
     const { reconcile, patch } = reconcileWithPatch("w1", {
       startMs: T0,
@@ -183,7 +183,7 @@ describe("correlator", () => {
     assert.equal(out[0]?.event.noticed, "yes");
   });
 
-  test("spans of the host pid are not the operator's: process.pid is matched through NSpid", () => {
+  void test("spans of the host pid are not the operator's: process.pid is matched through NSpid", () => {
     const { correlator, out, advance } = setup();
     const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
     const hostPidResource = { ...RESOURCE, "process.pid": HOST_PID };
@@ -195,7 +195,7 @@ describe("correlator", () => {
     assert.equal(kernel[0]?.event.correlation, "none");
   });
 
-  test("two concurrent reconciles, one write answered: the unanswered one is chosen", () => {
+  void test("two concurrent reconciles, one write answered: the unanswered one is chosen", () => {
     const { correlator, out } = setup();
     const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
     const b = reconcileWithPatch("w2", {
@@ -212,7 +212,7 @@ describe("correlator", () => {
     assert.equal(out[0]?.event.reconcile?.name, "w1");
   });
 
-  test("two concurrent reconciles, both writes unanswered: ambiguous with both, never one alone", () => {
+  void test("two concurrent reconciles, both writes unanswered: ambiguous with both, never one alone", () => {
     const { correlator, out } = setup();
     const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
     const b = reconcileWithPatch("w2", { startMs: T0 + 1, patchStartMs: T0 + 12, patchEndMs: T0 + 31, endMs: T0 + 95 });
@@ -231,7 +231,7 @@ describe("correlator", () => {
     assert.deepEqual(event.candidates?.map((c) => c.span_id).sort(), [a.patch.spanId, b.patch.spanId].sort());
   });
 
-  test("the failing thread's span breaks a tie when the sender records thread.id", () => {
+  void test("the failing thread's span breaks a tie when the sender records thread.id", () => {
     const { correlator, out } = setup();
     const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
     const b = reconcileWithPatch("w2", { startMs: T0 + 1, patchStartMs: T0 + 12, patchEndMs: T0 + 31, endMs: T0 + 95 });
@@ -242,7 +242,7 @@ describe("correlator", () => {
     assert.equal(out[0]?.event.reconcile?.name, "w2");
   });
 
-  test("a kernel failure and the client span of the same failure make one event; the kernel names the cause", () => {
+  void test("a kernel failure and the client span of the same failure make one event; the kernel names the cause", () => {
     const { correlator, out, advance } = setup();
     const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
     correlator.addSocketEvent(socketEvent(T0 + 20, { cause: "connection_reset", syscall: "unknown", errno: "ECONNRESET", ret: null as unknown as number }), identity);
@@ -255,7 +255,7 @@ describe("correlator", () => {
     assert.equal(out[0]?.event.request?.method, "PATCH");
   });
 
-  test("a status write answered 409, with no kernel event: one http_rejected event, after its reconcile span arrived", () => {
+  void test("a status write answered 409, with no kernel event: one http_rejected event, after its reconcile span arrived", () => {
     const { correlator, out, advance } = setup();
     const { reconcile, patch } = reconcileWithPatch("w1", {
       startMs: T0,
@@ -294,7 +294,7 @@ describe("correlator", () => {
     assert.equal(out.length, 1, "the same span again is not a second loss");
   });
 
-  test("a GET answered 500 or a status write answered 200 is not an http_rejected loss", () => {
+  void test("a GET answered 500 or a status write answered 200 is not an http_rejected loss", () => {
     const { correlator, out, advance } = setup();
     const get = reconcileWithPatch("w1", {
       startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100,
@@ -309,7 +309,7 @@ describe("correlator", () => {
     assert.equal(out.length, 0);
   });
 
-  test("without spans the event waits for the window, then says correlation none", () => {
+  void test("without spans the event waits for the window, then says correlation none", () => {
     const { correlator, out, advance, metrics } = setup({ windowMs: 10_000 });
     correlator.addSocketEvent(socketEvent(T0 + 20), identity);
     advance(9_999);
@@ -328,7 +328,7 @@ describe("correlator", () => {
     assert.ok(Object.values(latency.hashMap).some((h) => h.count === 1));
   });
 
-  test("a full pending buffer emits its oldest early and counts it; no event is lost", async () => {
+  void test("a full pending buffer emits its oldest early and counts it; no event is lost", async () => {
     const { correlator, out, metrics } = setup({ pendingCapacity: 2 });
     for (let i = 0; i < 3; i++) correlator.addSocketEvent(socketEvent(T0 + i), identity);
     assert.equal(out.length, 1);
@@ -339,7 +339,7 @@ describe("correlator", () => {
     assert.equal(out.length, 3);
   });
 
-  test("the same input replays to byte-identical events", () => {
+  void test("the same input replays to byte-identical events", () => {
     const run = (): string => {
       nextId = 1000;
       const { correlator, out, advance } = setup();

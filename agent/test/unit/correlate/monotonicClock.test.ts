@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { MonotonicClock } from "../../../src/correlate/monotonicClock.ts";
 
-test("converts the real monotonic clock to wall time within a millisecond, and back", () => {
+void test("converts the real monotonic clock to wall time within a millisecond, and back", () => {
   const clock = new MonotonicClock();
   const mono = process.hrtime.bigint();
   const wallMs = Date.now();
@@ -13,7 +13,7 @@ test("converts the real monotonic clock to wall time within a millisecond, and b
   assert.ok(clock.lastSample.rttNs < 5_000_000n, `rtt ${clock.lastSample.rttNs} ns`);
 });
 
-test("samples at the wall clock's tick and keeps the smallest bracket", () => {
+void test("samples at the wall clock's tick and keeps the smallest bracket", () => {
   // A fake wall clock ticking every 1 ms of a fake monotonic clock that
   // advances 100 µs per read, except the reads of one sample that are slow.
   let mono = 7_000_000_000n;
@@ -34,7 +34,7 @@ test("samples at the wall clock's tick and keeps the smallest bracket", () => {
   assert.ok(errorNs >= -100_000n && errorNs <= 100_000n, `offset off by ${errorNs} ns`);
 });
 
-test("refresh follows a wall clock that was stepped", () => {
+void test("refresh follows a wall clock that was stepped", () => {
   let stepMs = 0;
   const clock = new MonotonicClock({ wallMs: () => Date.now() + stepMs, samples: 2 });
   const before = clock.offsetNs;
@@ -44,7 +44,7 @@ test("refresh follows a wall clock that was stepped", () => {
   assert.ok(Math.abs(movedMs - 5_000) < 2, `offset moved ${movedMs} ms`);
 });
 
-test("a fixed clock (replay) converts with exactly the recorded offset", () => {
+void test("a fixed clock (replay) converts with exactly the recorded offset", () => {
   const clock = MonotonicClock.fixed(123n);
   assert.equal(clock.toWallNs(1_000n), 1_123n);
   assert.equal(clock.toMonoNs(1_123n), 1_000n);

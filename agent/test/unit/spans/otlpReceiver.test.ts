@@ -51,7 +51,7 @@ async function post(
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 
-describe("OTLP receiver", () => {
+void describe("OTLP receiver", () => {
   let metrics: AgentMetrics;
   let receiver: OtlpReceiver;
   let received: { spans: IndexedSpan[]; peer: string }[] = [];
@@ -75,7 +75,7 @@ describe("OTLP receiver", () => {
   const rejected = async (reason: string): Promise<number> =>
     (await metrics.spansRejected.get()).values.find((v) => v.labels.reason === reason)?.value ?? 0;
 
-  test("protobuf from the OpenTelemetry serializer is decoded into indexed spans", async () => {
+  void test("protobuf from the OpenTelemetry serializer is decoded into indexed spans", async () => {
     received = [];
     const res = await post(receiver.address.port, protobufBody([reconcile, patch]), {
       "content-type": "application/x-protobuf",
@@ -115,7 +115,7 @@ describe("OTLP receiver", () => {
     });
   });
 
-  test("JSON and protobuf of the same spans decode to the same spans", async () => {
+  void test("JSON and protobuf of the same spans decode to the same spans", async () => {
     received = [];
     await post(receiver.address.port, protobufBody([reconcile, patch]), { "content-type": "application/x-protobuf" });
     const res = await post(receiver.address.port, jsonBody([reconcile, patch]), {
@@ -127,7 +127,7 @@ describe("OTLP receiver", () => {
     assert.deepEqual(received[1]?.spans, received[0]?.spans);
   });
 
-  test("gzip bodies are accepted", async () => {
+  void test("gzip bodies are accepted", async () => {
     received = [];
     const res = await post(receiver.address.port, gzipSync(protobufBody([patch])), {
       "content-type": "application/x-protobuf",
@@ -137,13 +137,13 @@ describe("OTLP receiver", () => {
     assert.equal(received[0]?.spans[0]?.spanId, "b7ad6b7169203331");
   });
 
-  test("spansReceived counts accepted spans", async () => {
+  void test("spansReceived counts accepted spans", async () => {
     const before = (await metrics.spansReceived.get()).values[0]?.value ?? 0;
     await post(receiver.address.port, protobufBody([reconcile, patch]), { "content-type": "application/x-protobuf" });
     assert.equal((await metrics.spansReceived.get()).values[0]?.value, before + 2);
   });
 
-  test("wrong content type: 415, counted", async () => {
+  void test("wrong content type: 415, counted", async () => {
     const n = await rejected("unsupported_media_type");
     const res = await post(receiver.address.port, Buffer.from("x"), { "content-type": "text/plain" });
     assert.equal(res.status, 415);
@@ -155,7 +155,7 @@ describe("OTLP receiver", () => {
     assert.equal(await rejected("unsupported_media_type"), n + 2);
   });
 
-  test("malformed protobuf, JSON, ids and gzip: 400, counted", async () => {
+  void test("malformed protobuf, JSON, ids and gzip: 400, counted", async () => {
     const n = await rejected("malformed");
     const bodies: [Buffer, Record<string, string>][] = [
       [protobufBody([patch]).subarray(0, 40), { "content-type": "application/x-protobuf" }],
@@ -171,7 +171,7 @@ describe("OTLP receiver", () => {
     assert.equal(await rejected("malformed"), n + bodies.length);
   });
 
-  test("body too large before and after decompression: 413", async () => {
+  void test("body too large before and after decompression: 413", async () => {
     const n = await rejected("too_large");
     const big = Buffer.alloc(65 * 1024, 1);
     const res = await post(receiver.address.port, big, { "content-type": "application/x-protobuf" });
@@ -188,7 +188,7 @@ describe("OTLP receiver", () => {
     assert.equal(await rejected("too_large"), n + 2);
   });
 
-  test("intake queue full: 429 with Retry-After, counted", async () => {
+  void test("intake queue full: 429 with Retry-After, counted", async () => {
     const n = await rejected("queue_full");
     accept = false;
     try {
@@ -201,7 +201,7 @@ describe("OTLP receiver", () => {
     assert.equal(await rejected("queue_full"), n + 1);
   });
 
-  test("other methods: 405; other paths: 404", async () => {
+  void test("other methods: 405; other paths: 404", async () => {
     const res = await fetch(`http://127.0.0.1:${receiver.address.port}/v1/traces`);
     assert.equal(res.status, 405);
     assert.equal(await rejected("method_not_allowed"), 1);
@@ -210,8 +210,8 @@ describe("OTLP receiver", () => {
   });
 });
 
-describe("OTLP receiver --otlp-forward", () => {
-  test("passes accepted batches upstream byte for byte with their headers", async () => {
+void describe("OTLP receiver --otlp-forward", () => {
+  void test("passes accepted batches upstream byte for byte with their headers", async () => {
     const seen: { headers: IncomingHttpHeaders; body: Buffer }[] = [];
     let gotOne!: () => void;
     const got = new Promise<void>((resolve) => (gotOne = resolve));
@@ -252,7 +252,7 @@ describe("OTLP receiver --otlp-forward", () => {
     }
   });
 
-  test("an unreachable upstream is counted, not fatal", async () => {
+  void test("an unreachable upstream is counted, not fatal", async () => {
     const metrics = new AgentMetrics();
     const receiver = await startOtlpReceiver({
       listen: "127.0.0.1:0",

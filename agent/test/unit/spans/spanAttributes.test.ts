@@ -4,7 +4,7 @@ import { test } from "node:test";
 import * as names from "../../../src/sources/spans/spanAttributes.ts";
 import { isStatusWrite, isWrite, pathOf } from "../../../src/sources/spans/spanAttributes.ts";
 
-test("a status write is a PUT or PATCH whose path ends in /status", () => {
+void test("a status write is a PUT or PATCH whose path ends in /status", () => {
   assert.equal(isStatusWrite("PATCH", "/apis/example.com/v1/namespaces/default/widgets/w1/status"), true);
   assert.equal(isStatusWrite("put", "/api/v1/namespaces/default/pods/p/status?fieldManager=x"), true);
   assert.equal(isStatusWrite("PUT", "/apis/example.com/v1/namespaces/default/widgets/w1/status/"), true);
@@ -20,7 +20,7 @@ test("a status write is a PUT or PATCH whose path ends in /status", () => {
   assert.equal(pathOf("not a url"), null);
 });
 
-test("docs/spans.md names every attribute the module reads", async () => {
+void test("docs/spans.md names every attribute the module reads", async () => {
   const doc = await readFile(new URL("../../../../docs/spans.md", import.meta.url), "utf8");
   const all = new Set<string>(Object.values(names.PROCESS_ATTRIBUTES));
   for (const value of Object.values(names)) {

@@ -34,8 +34,8 @@ async function counter(metrics: AgentMetrics, reason: string): Promise<number> {
   return (await metrics.spanIndexEvictions.get()).values.find((v) => v.labels.reason === reason)?.value ?? 0;
 }
 
-describe("span index", () => {
-  test("finds the spans of a process open at a time, with slack", () => {
+void describe("span index", () => {
+  void test("finds the spans of a process open at a time, with slack", () => {
     const metrics = new AgentMetrics();
     const index = new SpanIndex({ capacity: 100, maxAgeMs: 60_000, metrics });
     const mine = span({ resource: { "process.pid": 7 }, startMs: T0, endMs: T0 + 10 });
@@ -49,7 +49,7 @@ describe("span index", () => {
     assert.equal(index.get(mine.traceId, mine.spanId), mine);
   });
 
-  test("the same pid in two pods: spans are kept apart by pod", () => {
+  void test("the same pid in two pods: spans are kept apart by pod", () => {
     const index = new SpanIndex({ capacity: 100, maxAgeMs: 60_000, metrics: new AgentMetrics() });
     const a = span({ resource: { "process.pid": 1, "k8s.pod.name": "a", "k8s.namespace.name": "ops" } });
     const b = span({ resource: { "process.pid": 1, "k8s.pod.name": "b", "k8s.namespace.name": "ops" }, endMs: T0 + 20 });
@@ -62,7 +62,7 @@ describe("span index", () => {
     assert.deepEqual(index.openAt({ nsPid: 1, namespace: "ops", pod: "a" }, ns(T0 + 5), 0n), [a, c]);
   });
 
-  test("bounded by count: the oldest received is evicted and counted", async () => {
+  void test("bounded by count: the oldest received is evicted and counted", async () => {
     const metrics = new AgentMetrics();
     const index = new SpanIndex({ capacity: 3, maxAgeMs: 60_000, metrics });
     const all = [1, 2, 3, 4, 5].map(() => span({ resource: { "process.pid": 7 } }));
@@ -74,7 +74,7 @@ describe("span index", () => {
     assert.equal((await metrics.spanIndexSize.get()).values[0]?.value, 3);
   });
 
-  test("bounded by age, on the injected clock", async () => {
+  void test("bounded by age, on the injected clock", async () => {
     const metrics = new AgentMetrics();
     let now = 1_000;
     const index = new SpanIndex({ capacity: 100, maxAgeMs: 5_000, metrics, now: () => now });
@@ -91,7 +91,7 @@ describe("span index", () => {
     assert.equal(index.latestEndNs({ nsPid: 7, namespace: null, pod: null }), null, "nothing held, nothing known");
   });
 
-  test("a process in its own PID namespace: its process.pid is found through its NSpid", async (t) => {
+  void test("a process in its own PID namespace: its process.pid is found through its NSpid", async (t) => {
     if (process.getuid?.() !== 0) {
       if (process.env.CI === "true") assert.fail("needs root for unshare --pid");
       t.skip("needs root for unshare --pid");
