@@ -111,6 +111,7 @@ export interface EventLog {
 /** One JSON line per loss event, exactly the event schema, nothing added. */
 export function createEventLog(out: NodeJS.WritableStream, opts: EventLogOptions): EventLog {
   const maxBufferedBytes = opts.maxBufferedBytes ?? 4 * 1024 * 1024;
+  opts.metrics.eventsDropped.inc({ stage: "log", reason: "queue_full" }, 0);
   return {
     write(event) {
       const text = JSON.stringify(event) + "\n";

@@ -55,6 +55,7 @@ export interface TraceSink {
 export function createTraceSink(opts: TraceSinkOptions): TraceSink {
   if (!opts.enabled) return { export: () => {}, shutdown: () => Promise.resolve() };
   const { logger, metrics } = opts;
+  metrics?.eventsDropped.inc({ stage: "traces", reason: "invalid" }, 0);
 
   if (logger !== undefined && process.env.OTEL_LOG_LEVEL === undefined) {
     diag.setLogger(diagToLogger(logger), { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
