@@ -33,8 +33,9 @@ function fieldValue(object: unknown, path: string): string {
   for (const part of path.split(".")) {
     value = typeof value === "object" && value !== null ? (value as Record<string, unknown>)[part] : undefined;
   }
-  if (value === undefined || value === null) return "";
-  return typeof value === "object" ? JSON.stringify(value) : String(value);
+  if (typeof value === "string") return value;
+  if (typeof value === "number" || typeof value === "boolean") return String(value);
+  return value === undefined || value === null ? "" : JSON.stringify(value);
 }
 
 export function matchesFields(object: unknown, selector: Selector): boolean {
