@@ -24,7 +24,9 @@ type ConnectRecord = Extract<ProbeRecord, { type: "connect" }>;
 type CloseRecord = Extract<ProbeRecord, { type: "close" }>;
 
 const SYS_WRITE = 1;
+const SYS_WRITEV = 20;
 const SYS_SENDTO = 44;
+const SYS_SENDMSG = 46;
 const REQUEST = "PATCH /api/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\n\r\n";
 
 /** Why this test cannot run here, or [] when it can. */
@@ -60,9 +62,10 @@ for line in sys.stdin:
         c.sendall(sys.argv[1].encode())
         select.select([c], [], [], 2)  # the server's RST; select does not consume the error
         errs = []
-        for _ in range(2):
+        # One of each write-family syscall: sendto, sendmsg, writev.
+        for write in (lambda: c.send(b"x" * 100), lambda: c.sendmsg([b"x" * 100]), lambda: os.writev(c.fileno(), [b"x" * 100])):
             try:
-                c.send(b"x" * 100)
+                write()
                 errs.append(0)
             except OSError as e:
                 errs.append(e.errno)
@@ -303,17 +306,18 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
     assert.deepEqual(diagnostics, []);
   });
 
-  void it("reports a target's sendto into a reset apiserver connection with ECONNRESET, then EPIPE", async () => {
-    assert.deepEqual(await target.run("reset", "127.0.0.1", apiPort), [104, 32]);
-    const mine = await until("two failed sends", () => {
+  void it("reports a target's sendto, sendmsg and writev into a reset apiserver connection: ECONNRESET, then EPIPE", async () => {
+    assert.deepEqual(await target.run("reset", "127.0.0.1", apiPort), [104, 32, 32]);
+    const mine = await until("three failed sends", () => {
       const found = sends().filter((r) => r.pid === target.pid && r.port === apiPort && r.ret < 0);
-      return found.length >= 2 ? found : undefined;
+      return found.length >= 3 ? found : undefined;
     });
     assert.deepEqual(
       mine.map((r) => [r.syscallNr, r.ret, r.addr, r.comm]),
       [
         [SYS_SENDTO, -104, "127.0.0.1", "python3"],
-        [SYS_SENDTO, -32, "127.0.0.1", "python3"],
+        [SYS_SENDMSG, -32, "127.0.0.1", "python3"],
+        [SYS_WRITEV, -32, "127.0.0.1", "python3"],
       ],
     );
     assert.equal(mine[0]!.tid, target.pid, "single-threaded python: tid is the pid");
@@ -364,10 +368,10 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
   });
 
   void it("stays silent for a non-target process and for a target's non-apiserver connection", async () => {
-    assert.deepEqual(await stranger.run("reset", "127.0.0.1", apiPort), [104, 32]);
+    assert.deepEqual(await stranger.run("reset", "127.0.0.1", apiPort), [104, 32, 32]);
     assert.deepEqual(await stranger.run("zero", "127.0.0.1", apiPort), [0]);
     assert.deepEqual(await stranger.run("refused", "127.0.0.1", refusedPort), [111]);
-    assert.deepEqual(await target.run("reset", "127.0.0.1", otherPort), [104, 32]);
+    assert.deepEqual(await target.run("reset", "127.0.0.1", otherPort), [104, 32, 32]);
     assert.deepEqual(await target.run("zero", "127.0.0.1", otherPort), [0]);
     await settle();
     const stray = records.filter(
