@@ -85,6 +85,15 @@ for line in sys.stdin:
         except OSError as e:
             print("ok", cmd, e.errno, flush=True)
         c.close()
+    elif cmd == "answered":
+        c = socket.socket(family)
+        c.connect((host, int(port)))
+        c.sendall(sys.argv[1].encode())
+        answer = c.recv(100)
+        c.sendall(b"tail")
+        select.select([c], [], [], 2)
+        c.close()
+        print("ok", cmd, len(answer), flush=True)
     elif cmd == "abandon":
         # A dial with a deadline (Go's net.Dialer, python's settimeout): a
         # non-blocking connect that returns EINPROGRESS, then is given up.
@@ -147,7 +156,7 @@ class Actor {
   }
 
   /** Runs one action and returns the numbers it printed (errnos, byte counts). */
-  async run(cmd: "reset" | "zero" | "refused" | "abandon", host: string, port: number): Promise<number[]> {
+  async run(cmd: "reset" | "zero" | "refused" | "abandon" | "answered", host: string, port: number): Promise<number[]> {
     this.child.stdin.write(`${cmd} ${host} ${port}\n`);
     const answer = await this.nextLine();
     const [ok, name, ...values] = answer.split(" ");
@@ -178,6 +187,19 @@ async function resettingServer(host: string): Promise<net.Server> {
     socket.on("error", () => undefined);
     socket.once("data", () => socket.resetAndDestroy());
     socket.on("end", () => socket.end());
+  });
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  return server;
+}
+
+/** A loopback server that answers the first bytes of a connection and resets it on the next. */
+async function answeringServer(host: string): Promise<net.Server> {
+  const server = net.createServer((socket) => {
+    socket.on("error", () => undefined);
+    socket.once("data", () => {
+      socket.write("HTTP/1.1 200 OK\r\n\r\n");
+      socket.once("data", () => socket.resetAndDestroy());
+    });
   });
   await new Promise<void>((resolve) => server.listen(0, host, resolve));
   return server;
@@ -221,6 +243,7 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
   let apiPort: number;
   let api6Port: number;
   let otherPort: number;
+  let answerPort: number;
   let refusedPort: number;
   let listener: { child: ChildProcessWithoutNullStreams; port: number } | undefined;
   let state: ProbeState;
@@ -245,12 +268,14 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
 
   before(async () => {
     if (missing.length) throw new Error(`cannot run: ${missing.join("; ")}`);
-    const [api, api6, other] = await Promise.all([
+    const [api, api6, other, answering] = await Promise.all([
       resettingServer("127.0.0.1"),
       resettingServer("::1"),
       resettingServer("127.0.0.1"),
+      answeringServer("127.0.0.1"),
     ]);
-    servers.push(api, api6, other);
+    servers.push(api, api6, other, answering);
+    answerPort = portOf(answering);
     apiPort = portOf(api);
     api6Port = portOf(api6);
     otherPort = portOf(other);
@@ -269,6 +294,7 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
         endpointKey("127.0.0.1", apiPort),
         endpointKey("::1", api6Port),
         endpointKey("127.0.0.1", refusedPort),
+        endpointKey("127.0.0.1", answerPort),
       ],
     };
     // The dry run compiles while the supervised bpftrace starts: both take seconds of CPU.
@@ -332,6 +358,13 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
     assert.equal(death.addr, "127.0.0.1");
   });
 
+  void it("counts as unanswered only what was written after the last answer was read", async () => {
+    assert.deepEqual(await target.run("answered", "127.0.0.1", answerPort), [19]);
+    const death = await until("the close record", () => closes().find((r) => r.pid === target.pid && r.port === answerPort));
+    assert.equal(death.reset, true);
+    assert.equal(death.unansweredBytes, Buffer.byteLength("tail"));
+  });
+
   void it("reports a zero-byte write(2) on an apiserver socket, over IPv4 and IPv6", async () => {
     assert.deepEqual(await target.run("zero", "127.0.0.1", apiPort), [0]);
     assert.deepEqual(await target.run("zero", "::1", api6Port), [0]);
@@ -387,9 +420,11 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
       const last = counters.at(-1);
       return last?.type === "counters" ? last.entries.find((e) => e.key[0] === target.pid)?.value : undefined;
     };
-    // One successful sendall of the request on the apiserver connection.
-    assert.equal(latest("writes"), 1n);
-    assert.equal(latest("bytes"), BigInt(Buffer.byteLength(REQUEST)));
+    // The successful writes on apiserver connections: the request before the
+    // reset, the request and "tail" on the answered connection. Zero-byte and
+    // failed writes and the non-apiserver connection do not count.
+    assert.equal(latest("writes"), 3n);
+    assert.equal(latest("bytes"), BigInt(2 * Buffer.byteLength(REQUEST) + Buffer.byteLength("tail")));
     assert.equal((await metrics.probeParseErrors.get()).values.reduce((sum, v) => sum + v.value, 0), 0);
   });
 
