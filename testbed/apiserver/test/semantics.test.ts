@@ -18,8 +18,8 @@ let server: TestServer;
 before(async () => { server = await startTestApiserver({ store: { historyCapacity: 50 } }); });
 after(async () => { await server.close(); });
 
-describe("transport", () => {
-  it("answers over HTTP/2 and HTTP/1.1 on the same port (ALPN)", async () => {
+void describe("transport", () => {
+  void it("answers over HTTP/2 and HTTP/1.1 on the same port (ALPN)", async () => {
     const [a, b] = await Promise.all([h2(server, "GET", "/version"), h1(server, "GET", "/version")]);
     assert.equal(a.protocol, "HTTP/2");
     assert.equal(b.protocol, "HTTP/1.1");
@@ -29,7 +29,7 @@ describe("transport", () => {
     }
   });
 
-  it("serves discovery for the widgets group with the status subresource", async () => {
+  void it("serves discovery for the widgets group with the status subresource", async () => {
     const groups = (await h1(server, "GET", "/apis")).body as { groups: { name: string }[] };
     assert.ok(groups.groups.some((g) => g.name === "demo.lostwrite.dev"));
     const list = (await h2(server, "GET", "/apis/demo.lostwrite.dev/v1")).body as { resources: { name: string; verbs: string[] }[] };
@@ -38,8 +38,8 @@ describe("transport", () => {
   });
 });
 
-describe("widgets", () => {
-  it("drops status on create and starts at generation 1", async () => {
+void describe("widgets", () => {
+  void it("drops status on create and starts at generation 1", async () => {
     const created = await h2(server, "POST", WIDGETS_PATH, widget("create-1", { size: 1 }, { phase: "Bogus" }));
     assert.equal(created.status, 201);
     const obj = created.body as Obj;
@@ -51,7 +51,7 @@ describe("widgets", () => {
     assert.equal((again.body as { reason: string }).reason, "AlreadyExists");
   });
 
-  it("ignores status on main-resource writes and bumps generation on spec change only", async () => {
+  void it("ignores status on main-resource writes and bumps generation on spec change only", async () => {
     const created = (await h2(server, "POST", WIDGETS_PATH, widget("main-1"))).body as Obj;
     // Status-only change through the main resource: silently ignored, nothing written.
     const put = await h1(server, "PUT", `${WIDGETS_PATH}/main-1`, { ...widget("main-1"), metadata: created.metadata, status: { phase: "Ready" } });
@@ -68,7 +68,7 @@ describe("widgets", () => {
     assert.deepEqual(patched.spec, { size: 2 });
   });
 
-  it("applies only status on /status writes, without a generation bump", async () => {
+  void it("applies only status on /status writes, without a generation bump", async () => {
     const created = (await h2(server, "POST", WIDGETS_PATH, widget("status-1"))).body as Obj;
     const merge = await h2(server, "PATCH", `${WIDGETS_PATH}/status-1/status`, { spec: { size: 99 }, status: { phase: "Ready", observedGeneration: 1 } }, "application/merge-patch+json");
     assert.equal(merge.status, 200);
@@ -89,7 +89,7 @@ describe("widgets", () => {
     assert.deepEqual((put.body as Obj).spec, { size: 1 });
   });
 
-  it("answers 409 Conflict with a Status body to an update with a stale resourceVersion", async () => {
+  void it("answers 409 Conflict with a Status body to an update with a stale resourceVersion", async () => {
     const created = (await h2(server, "POST", WIDGETS_PATH, widget("conflict-1"))).body as Obj;
     await h2(server, "PATCH", `${WIDGETS_PATH}/conflict-1`, { spec: { size: 2 } }, "application/merge-patch+json");
     for (const target of ["", "/status"]) {
@@ -113,8 +113,8 @@ describe("widgets", () => {
   });
 });
 
-describe("watch", () => {
-  it("streams events after a resourceVersion, and 410 Expired for a compacted one", async () => {
+void describe("watch", () => {
+  void it("streams events after a resourceVersion, and 410 Expired for a compacted one", async () => {
     const list = (await h1(server, "GET", WIDGETS_PATH)).body as { metadata: { resourceVersion: string } };
     const session = http2.connect(server.url, { ca: server.ca });
     try {
@@ -152,8 +152,8 @@ describe("watch", () => {
   });
 });
 
-describe("pods and EndpointSlices from the control API", () => {
-  it("lists pods by spec.nodeName", async () => {
+void describe("pods and EndpointSlices from the control API", () => {
+  void it("lists pods by spec.nodeName", async () => {
     for (const [name, node] of [["a", "n1"], ["b", "n2"]] as const) {
       const res = await fetch(`${server.controlUrl}/objects`, {
         method: "POST", body: JSON.stringify({ apiVersion: "v1", kind: "Pod", metadata: { name, namespace: "ops" }, spec: { nodeName: node } }),
@@ -173,8 +173,8 @@ describe("pods and EndpointSlices from the control API", () => {
   });
 });
 
-describe("kubectl", { skip: existsSync("/usr/bin/kubectl") ? false : "kubectl is not installed" }, () => {
-  it("gets widgets and patches their status subresource", async () => {
+void describe("kubectl", { skip: existsSync("/usr/bin/kubectl") ? false : "kubectl is not installed" }, () => {
+  void it("gets widgets and patches their status subresource", async () => {
     const kubectl = (...args: string[]) => execa("kubectl", ["--kubeconfig", server.kubeconfigPath, "--cache-dir", `${server.dir}/kubectl-cache`, ...args]);
     await h2(server, "POST", WIDGETS_PATH, widget("kubectl-1"));
     const patched = await kubectl("patch", "widget", "kubectl-1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready","observedGeneration":1}}');

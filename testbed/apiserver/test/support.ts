@@ -45,7 +45,7 @@ export function h1(server: TestServer, method: string, urlPath: string, body?: u
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
     const req = https.request(new URL(urlPath, server.url), {
-      method, ca: server.ca, agent: false, ALPNProtocols: ["http/1.1"],
+      method, ca: server.ca, agent: false,
       headers: payload === undefined ? {} : { "content-type": contentType },
     }, (res) => {
       const chunks: Buffer[] = [];
