@@ -339,7 +339,8 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
       return found.length >= 3 ? found : undefined;
     });
     assert.deepEqual(
-      mine.map((r) => [r.syscallNr, r.ret, r.addr, r.comm]),
+      // Per-CPU output buffers may deliver out of order: the kernel timestamp orders them.
+      mine.sort((a, b) => (a.ts < b.ts ? -1 : 1)).map((r) => [r.syscallNr, r.ret, r.addr, r.comm]),
       [
         [SYS_SENDTO, -104, "127.0.0.1", "python3"],
         [SYS_SENDMSG, -32, "127.0.0.1", "python3"],
