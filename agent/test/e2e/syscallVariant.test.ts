@@ -235,7 +235,7 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
   const warnings: string[] = [];
   const servers: net.Server[] = [];
   const actors: Actor[] = [];
-  const workDir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-syscalls-test-"));
+  let workDir: string | undefined;
   let supervisor: BpftraceSupervisor | undefined;
   let metrics: AgentMetrics;
   let target: Actor;
@@ -268,6 +268,7 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
 
   before(async () => {
     if (missing.length) throw new Error(`cannot run: ${missing.join("; ")}`);
+    workDir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-syscalls-test-"));
     const [api, api6, other, answering] = await Promise.all([
       resettingServer("127.0.0.1"),
       resettingServer("::1"),
@@ -322,7 +323,7 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
     for (const actor of actors) actor.stop();
     listener?.child.kill("SIGKILL");
     await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
-    rmSync(workDir, { recursive: true, force: true });
+    if (workDir) rmSync(workDir, { recursive: true, force: true });
   });
 
   void it("compiles cleanly in a dry run (bpftrace -d), with no warnings", async () => {
