@@ -118,6 +118,8 @@ export class ApiClient {
       stream.on("response", (responseHeaders) => { status = Number(responseHeaders[":status"]); });
       stream.on("data", (chunk: Buffer) => chunks.push(chunk));
       stream.on("end", () => {
+        // A stream that ends without response headers died with its connection.
+        if (status === 0) return;
         const text = Buffer.concat(chunks).toString("utf8");
         let parsed: unknown = text;
         try {
