@@ -37,6 +37,10 @@ export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
     "syscalls/sys_enter_connect",
     "syscalls/sys_exit_connect",
     "sock/inet_sock_set_state",
+    "tcp/tcp_rcv_space_adjust",
+    "tcp/tcp_receive_reset",
+    "tcp/tcp_retransmit_skb",
+    "sched/sched_process_exit",
   ],
 };
 

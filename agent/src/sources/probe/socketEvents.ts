@@ -5,7 +5,9 @@ import os from "node:os";
 import type { ConnectionLossReason, SocketEvent } from "../../model.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
 
-const ERRNO_NAMES = new Map(Object.entries(os.constants.errno).map(([name, value]) => [value, name]));
+// Aliases share a number (EWOULDBLOCK = EAGAIN): the first, canonical name wins.
+const ERRNO_NAMES = new Map<number, string>();
+for (const [name, value] of Object.entries(os.constants.errno)) if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
 const ETIMEDOUT = os.constants.errno.ETIMEDOUT;
 const ECONNRESET = os.constants.errno.ECONNRESET;
 

@@ -1,0 +1,116 @@
+"""Test client for the real-kernel e2e tests: one failure mode per invocation.
+
+Prints one JSON line per outcome on stdout ({"step": ..., "errno": ...}) so the
+test knows what the kernel did from the client's side. Python's blocking
+sockets write into a reset connection (Node's net.Socket would notice the reset
+on read first), which is what a failing write needs.
+"""
+import errno
+import json
+import os
+import select
+import socket
+import ssl
+import sys
+import time
+
+
+def report(step, err=None, **extra):
+    print(json.dumps({"step": step, "errno": errno.errorcode.get(err) if err else None, "t": time.time(), **extra}), flush=True)
+
+
+def try_send(sock, data, step, use_write=False):
+    try:
+        if use_write:
+            n = sock.write(data)
+        else:
+            n = sock.send(data)
+        report(step, None, sent=n)
+    except OSError as e:
+        report(step, e.errno)
+
+
+def tls_reset(host, port):
+    """TLS request to a server that reads it and resets; then write again."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    raw = socket.create_connection((host, port))
+    tls = ctx.wrap_socket(raw, server_hostname="localhost")
+    tls.sendall(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    time.sleep(0.5)
+    for i in range(2):
+        try_send(tls, b"GET / HTTP/1.1\r\n\r\n", "tls_write_after_reset")
+
+
+def plain_reset(host, port):
+    """Plain TCP: send, the server resets, send again with sendto."""
+    s = socket.create_connection((host, port))
+    s.send(b"PATCH /status HTTP/1.1\r\nX-Test: RESET\r\n\r\n")
+    time.sleep(0.5)
+    for i in range(2):
+        try_send(s, b"more", "sendto_after_reset")
+
+
+def refused(host, port):
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        s.connect((host, port))
+        report("connect", None)
+    except OSError as e:
+        report("connect", e.errno)
+
+
+def zero(host, port):
+    s = socket.create_connection((host, port))
+    try_send(s, b"", "zero_send")
+    os.write(1, b"")  # a zero-byte write to stdout: not a socket, never a loss
+    report("zero_stdout")
+    time.sleep(0.2)
+
+
+def eagain(host, port):
+    """Fill a non-blocking socket until EAGAIN, then write once it drains."""
+    s = socket.create_connection((host, port))
+    s.setblocking(False)
+    chunk = b"x" * 65536
+    hit = False
+    for _ in range(10000):
+        try:
+            s.send(chunk)
+        except BlockingIOError:
+            hit = True
+            break
+    report("eagain", errno.EAGAIN if hit else None)
+    select.select([], [s], [], 10)
+    s.setblocking(True)
+    try_send(s, b"END", "write_after_drain")
+    # Read the answer before closing: a connection closed with its request
+    # unanswered would be a loss of its own.
+    got = b""
+    while b"answered" not in got:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    report("answered" if b"answered" in got else "not_answered")
+
+
+def wait_then_reset(host, port):
+    """Connects now, waits for a line on stdin (the agent starts meanwhile), then writes into a reset."""
+    s = socket.create_connection((host, port))
+    s.send(b"PATCH /status HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+    report("connected")
+    sys.stdin.readline()
+    # A request of realistic size: small sends are protocol chatter to the agent.
+    s.send(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nX-Test: RESET\r\n\r\n")
+    time.sleep(0.5)
+    try_send(s, b"more", "preexisting_after_reset")
+
+
+MODES = {"tls_reset": tls_reset, "plain_reset": plain_reset, "refused": refused, "zero": zero, "eagain": eagain, "wait_then_reset": wait_then_reset}
+
+if __name__ == "__main__":
+    if sys.argv[1] != "wait_then_reset":
+        sys.stdin.readline()  # the test says go once the agent watches this process
+    MODES[sys.argv[1]](sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,259 @@
+// Issue 2's slice on the real kernel: the agent, run as a user runs it, sees
+// every failed or zero-byte write and every failed connect of a target on an
+// apiserver socket, and nothing else. Clients are real python3 processes
+// (blocking sockets write into a reset connection); servers are real sockets.
+import assert from "node:assert/strict";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import tls from "node:tls";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { generateCertificates } from "../../../testbed/apiserver/certificates.ts";
+import { freePort, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+
+const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_client.py");
+
+interface ClientStep {
+  step: string;
+  errno: string | null;
+  t: number;
+}
+
+/**
+ * Runs the test client under a given comm (a symlink to the real python
+ * binary). It acts once the agent has had time to find it: for a target, when
+ * the agent's target count has grown; for a non-target, after the same rescans.
+ */
+async function runClient(agent: AgentProcess, binary: string, mode: string, port: number, host = "127.0.0.1"): Promise<ClientStep[]> {
+  const child = spawn(binary, [CLIENT, mode, host, String(port)], { stdio: ["pipe", "pipe", "inherit"] });
+  let out = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
+  const exited = new Promise<number | null>((resolve, reject) => {
+    child.once("error", reject);
+    child.once("exit", (code) => resolve(code));
+  });
+  try {
+    if (path.basename(binary) === "lw-client") {
+      // The agent logs every target it adds, by comm and pid.
+      const watched = `lw-client[${child.pid}]`;
+      await waitFor(`the agent to watch ${mode} client ${watched}`, () => agent.stderr.some((line) => line.includes(watched)), 5000);
+    } else {
+      await new Promise((r) => setTimeout(r, 2500));
+    }
+    child.stdin.end("go\n");
+  } catch (err) {
+    child.kill("SIGKILL");
+    throw err;
+  }
+  const code = await exited;
+  if (code !== 0) throw new Error(`client ${mode} exited ${code}: ${out}`);
+  return out.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ClientStep);
+}
+
+/** A plain TCP server that resets a connection as soon as it reads "RESET". */
+async function resetOnMarkerServer(): Promise<net.Server> {
+  const server = net.createServer((socket) => {
+    socket.on("data", (data) => {
+      if (data.includes("RESET")) socket.resetAndDestroy();
+    });
+    socket.on("error", () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return server;
+}
+
+/** A TLS server standing in for the apiserver: reads the request, then resets the TCP connection. */
+async function tlsResetServer(dir: string): Promise<net.Server> {
+  const certs = await generateCertificates(dir);
+  const context = tls.createSecureContext({ cert: certs.certPem, key: certs.keyPem });
+  const server = net.createServer((raw) => {
+    raw.on("error", () => undefined);
+    const secure = new tls.TLSSocket(raw, { isServer: true, secureContext: context });
+    secure.on("error", () => undefined);
+    secure.on("data", () => raw.resetAndDestroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return server;
+}
+
+/** Reads nothing for a while (the client's send buffer fills: EAGAIN), then drains everything. */
+async function slowReaderServer(): Promise<net.Server> {
+  const server = net.createServer((socket) => {
+    socket.pause();
+    socket.on("error", () => undefined);
+    let tail = "";
+    socket.on("data", (data) => {
+      tail = (tail + data.toString("latin1")).slice(-16);
+      if (tail.endsWith("END")) socket.write("answered");
+    });
+    setTimeout(() => socket.resume(), 1500);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return server;
+}
+
+const portOf = (server: net.Server): number => (server.address() as net.AddressInfo).port;
+
+describe("probe → metrics on the real kernel", { skip: skipWithoutKernel(), timeout: 240_000 }, () => {
+  let dir: string;
+  let target: string;
+  let control: string;
+  let agent: AgentProcess;
+  let tlsServer: net.Server;
+  let plainServer: net.Server;
+  let otherServer: net.Server;
+  let slowServer: net.Server;
+  let refusedPort: number;
+  let otherRefusedPort: number;
+  let preexisting: ChildProcess;
+
+  before(async () => {
+    assertKernelRequirements();
+    dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-e2e-"));
+    // The kernel's comm is the name the binary was exec'd under: a symlink gives
+    // the target and the control process distinct comms with the same code.
+    const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+    target = path.join(dir, "lw-client");
+    control = path.join(dir, "lw-control");
+    symlinkSync(python, target);
+    symlinkSync(python, control);
+    tlsServer = await tlsResetServer(path.join(dir, "certs"));
+    plainServer = await resetOnMarkerServer();
+    otherServer = await resetOnMarkerServer(); // not an apiserver
+    slowServer = await slowReaderServer();
+    refusedPort = await freePort();
+    otherRefusedPort = await freePort();
+
+    // A connection opened before the agent starts, as client-go's long-lived one is.
+    preexisting = spawn(target, [CLIENT, "wait_then_reset", "127.0.0.1", String(portOf(plainServer))], {
+      stdio: ["pipe", "pipe", "inherit"],
+    });
+    await new Promise<void>((resolve) => preexisting.stdout!.once("data", () => resolve()));
+
+    agent = await startAgentProcess([
+      "--target-comm", "^lw-client$",
+      "--apiserver", `127.0.0.1:${portOf(tlsServer)}`,
+      "--apiserver", `127.0.0.1:${portOf(plainServer)}`,
+      "--apiserver", `127.0.0.1:${portOf(slowServer)}`,
+      "--apiserver", `127.0.0.1:${refusedPort}`,
+      "--correlation-window", "500ms",
+    ]);
+  });
+
+  after(async () => {
+    preexisting?.kill();
+    await agent?.stop();
+    for (const server of [tlsServer, plainServer, otherServer, slowServer]) server?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("covers a connection opened before the agent started", async () => {
+    preexisting.stdin!.write("go\n");
+    const steps = await new Promise<ClientStep[]>((resolve) => {
+      let out = "";
+      preexisting.stdout!.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
+      preexisting.once("exit", () => resolve(out.split("\n").filter(Boolean).map((l) => JSON.parse(l) as ClientStep)));
+    });
+    const failed = steps.find((s) => s.step === "preexisting_after_reset");
+    assert.ok(failed?.errno, `the client's write should fail, got ${JSON.stringify(steps)}`);
+    await waitFor("the preexisting connection's failure in /metrics", async () =>
+      (await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: "lw-client", errno: failed.errno! })) >= 1,
+    );
+    // The connection died with the request unanswered: a loss of its own.
+    await waitFor("the reset connection's loss event", () =>
+      agent.events.some((e) => e.cause === "connection_reset" && e.apiserver === `127.0.0.1:${portOf(plainServer)}`),
+    );
+  });
+
+  it("reports writes into a reset TLS connection with errno, process and syscall within 1 s", async () => {
+    const before = await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: "lw-client", syscall: "write" });
+    const steps = await runClient(agent, target, "tls_reset", portOf(tlsServer));
+    const failures = steps.filter((s) => s.step === "tls_write_after_reset" && s.errno);
+    assert.ok(failures.length >= 1, `client writes should fail: ${JSON.stringify(steps)}`);
+    const took = await waitFor("TLS write failures in /metrics", async () => {
+      const now = await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: "lw-client", syscall: "write" });
+      return now - before >= failures.length;
+    });
+    assert.ok(took <= 1000, `metrics showed the failures ${took} ms after the client exited`);
+    // Python's ssl module reports its own error codes; the kernel's are these.
+    const samples = await agent.metrics();
+    const errnos = [...samples.keys()]
+      .filter((k) => k.startsWith("lostwrite_apiserver_syscall_errors_total{") && k.includes('syscall="write"'))
+      .map((k) => /errno="([^"]+)"/.exec(k)![1]);
+    assert.ok(errnos.length > 0 && errnos.every((e) => e === "ECONNRESET" || e === "EPIPE"), `errnos ${errnos.join(",")}`);
+    await waitFor("loss events", () =>
+      agent.events.filter((e) => e.cause === "write_failed" && e.apiserver === `127.0.0.1:${portOf(tlsServer)}`).length === failures.length,
+    );
+  });
+
+  it("reports sendto into a reset plain connection with the exact errnos", async () => {
+    const steps = await runClient(agent, target, "plain_reset", portOf(plainServer));
+    const failures = steps.filter((s) => s.step === "sendto_after_reset").map((s) => s.errno);
+    assert.deepEqual(failures, ["ECONNRESET", "EPIPE"]);
+    const took = await waitFor("sendto failures in /metrics", async () =>
+      (await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: "lw-client", syscall: "sendto", errno: "EPIPE" })) >= 1,
+    );
+    assert.ok(took <= 1000, `metrics showed the failure after ${took} ms`);
+    assert.ok((await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: "lw-client", syscall: "sendto", errno: "ECONNRESET" })) >= 1);
+  });
+
+  it("reports a refused connect", async () => {
+    const [step] = await runClient(agent, target, "refused", refusedPort);
+    assert.equal(step?.errno, "ECONNREFUSED");
+    const took = await waitFor("connect failure in /metrics", async () =>
+      (await agent.metric("lostwrite_apiserver_syscall_errors_total", { syscall: "connect", errno: "ECONNREFUSED", process: "lw-client" })) === 1,
+    );
+    assert.ok(took <= 1000, `metrics showed the refused connect after ${took} ms`);
+    await waitFor("connect_failed event", () =>
+      agent.events.some((e) => e.cause === "connect_failed" && e.apiserver === `127.0.0.1:${refusedPort}` && e.errno === "ECONNREFUSED"),
+    );
+  });
+
+  it("reports a zero-byte send on an apiserver socket but not a zero-byte write to stdout", async () => {
+    const steps = await runClient(agent, target, "zero", portOf(plainServer));
+    assert.deepEqual(steps.map((s) => s.step), ["zero_send", "zero_stdout"]);
+    await waitFor("zero_byte_write event", () =>
+      agent.events.some((e) => e.cause === "zero_byte_write" && e.apiserver === `127.0.0.1:${portOf(plainServer)}`),
+    );
+    assert.equal(agent.events.filter((e) => e.cause === "zero_byte_write").length, 1, "exactly one zero-byte loss");
+    assert.equal(await agent.metric("lostwrite_apiserver_syscall_errors_total", { errno: "none", syscall: "sendto" }), 1);
+  });
+
+  it("counts EAGAIN on a non-blocking socket whose write later succeeds, without a loss", async () => {
+    const steps = await runClient(agent, target, "eagain", portOf(slowServer));
+    assert.equal(steps.find((s) => s.step === "eagain")?.errno, "EAGAIN");
+    assert.equal(steps.find((s) => s.step === "write_after_drain")?.errno, null);
+    assert.ok(steps.some((s) => s.step === "answered"), `the server answers: ${JSON.stringify(steps)}`);
+    await waitFor("EAGAIN counted", async () =>
+      (await agent.metric("lostwrite_apiserver_syscall_errors_total", { errno: "EAGAIN", process: "lw-client" })) >= 1,
+    );
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(agent.events.filter((e) => e.apiserver === `127.0.0.1:${portOf(slowServer)}`).length, 0, "EAGAIN is not a loss");
+    assert.ok((await agent.metric("lostwrite_apiserver_writes_total", { process: "lw-client" })) > 0, "successful writes are counted");
+    assert.ok((await agent.metric("lostwrite_apiserver_write_bytes_total", { process: "lw-client" })) > 65536);
+  });
+
+  it("ignores the same failures on a non-apiserver port and from a non-target process", async () => {
+    await runClient(agent, target, "plain_reset", portOf(otherServer));
+    await runClient(agent, target, "refused", otherRefusedPort);
+    await runClient(agent, control, "plain_reset", portOf(plainServer));
+    await runClient(agent, control, "refused", refusedPort);
+    // Let anything that would have been reported arrive: two heartbeats and the correlation window.
+    await new Promise((r) => setTimeout(r, 2500));
+    const samples = await agent.metrics();
+    for (const key of samples.keys()) {
+      assert.ok(!key.includes('process="lw-control"'), `non-target process in ${key}`);
+    }
+    const strays = agent.events.filter(
+      (e) => e.process === "lw-control" || e.apiserver === `127.0.0.1:${portOf(otherServer)}` || e.apiserver === `127.0.0.1:${otherRefusedPort}`,
+    );
+    assert.deepEqual(strays, []);
+    assert.equal(await agent.metric("lostwrite_apiserver_syscall_errors_total", { syscall: "connect" }), 1, "only the apiserver refusal");
+    assert.equal(await agent.metric("lostwrite_probe_parse_errors_total"), 0);
+    assert.equal(await agent.metric("lostwrite_probe_up"), 1);
+  });
+});

@@ -1,0 +1,119 @@
+// Runs the real agent CLI as a child process on free loopback ports, as a
+// user would, and reads what it exposes: /metrics, /readyz and its stdout
+// event log.
+import { spawn, type ChildProcess } from "node:child_process";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { LossEvent } from "../../../src/model.ts";
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
+
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export interface AgentProcess {
+  child: ChildProcess;
+  url: string;
+  otlpPort: number;
+  events: LossEvent[];
+  stderr: string[];
+  metrics(): Promise<Map<string, number>>;
+  metric(name: string, labels?: Record<string, string>): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/** Sample lines of the text exposition, keyed `name{a="b",...}` exactly as printed. */
+export function parseMetrics(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const i = line.lastIndexOf(" ");
+    out.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return out;
+}
+
+/** Sum of the samples of `name` whose labels include all of `labels`. */
+export function sumMetric(samples: Map<string, number>, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const [key, value] of samples) {
+    const brace = key.indexOf("{");
+    const metricName = brace === -1 ? key : key.slice(0, brace);
+    if (metricName !== name) continue;
+    if (Object.entries(labels).every(([k, v]) => key.includes(`${k}="${v}"`))) sum += value;
+  }
+  return sum;
+}
+
+export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<AgentProcess> {
+  const port = await freePort();
+  const otlpPort = await freePort();
+  const node = path.join(repoRoot, "node_modules/.bin/node");
+  const child = spawn(
+    node,
+    [path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", `127.0.0.1:${port}`, "--otlp-listen", `127.0.0.1:${otlpPort}`, ...args],
+    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } },
+  );
+  const events: LossEvent[] = [];
+  const stderr: string[] = [];
+  let buffered = "";
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    buffered += chunk;
+    let nl: number;
+    while ((nl = buffered.indexOf("\n")) !== -1) {
+      const line = buffered.slice(0, nl);
+      buffered = buffered.slice(nl + 1);
+      if (line.trim()) events.push(JSON.parse(line) as LossEvent);
+    }
+  });
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => stderr.push(...chunk.split("\n").filter(Boolean)));
+  const url = `http://127.0.0.1:${port}`;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`agent exited with ${child.exitCode}: ${stderr.join("\n")}`);
+    try {
+      const res = await fetch(`${url}/readyz`);
+      if (res.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`agent not ready after 90 s: ${stderr.join("\n")}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const metrics = async (): Promise<Map<string, number>> => parseMetrics(await (await fetch(`${url}/metrics`)).text());
+  return {
+    child,
+    url,
+    otlpPort,
+    events,
+    stderr,
+    metrics,
+    metric: async (name, labels) => sumMetric(await metrics(), name, labels),
+    stop: async () => {
+      if (child.exitCode === null) child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Polls until `check` returns true; returns the ms it took, throws after timeoutMs. */
+export async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 10_000): Promise<number> {
+  const start = Date.now();
+  for (;;) {
+    if (await check()) return Date.now() - start;
+    if (Date.now() - start > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
