@@ -11,6 +11,8 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
   { key: "target-comm", flag: "--target-comm <regex>", help: "watch processes whose comm matches" },
   { key: "target-cmdline", flag: "--target-cmdline <regex>", help: "watch processes whose command line matches" },
   { key: "kubernetes", flag: "--kubernetes", help: "watch operator pods on this node", boolean: true },
+  { key: "watch-label-selector", flag: "--watch-label-selector <selector>", help: "with --kubernetes: also watch pods matching this label selector" },
+  { key: "kubeconfig", flag: "--kubeconfig <file>", help: "with --kubernetes outside a cluster: the kubeconfig to use" },
   { key: "node-name", flag: "--node-name <name>", help: "node name for events (default: hostname)" },
   { key: "apiserver", flag: "--apiserver <host:port>", help: "an apiserver endpoint, IP:PORT (repeatable)", repeatable: true },
   { key: "listen", flag: "--listen <addr:port>", help: "/metrics, /healthz, /readyz, /events (default 127.0.0.1:9470)" },
@@ -121,8 +123,16 @@ program
   .option("--since <time>", "replay events since this RFC 3339 time first")
   .action(async (url: string, opts: { json?: boolean; since?: string }) => {
     const { runTail } = await import("./tail.ts");
-    const color = process.stdout.isTTY && !process.env.NO_COLOR;
-    await runTail(url, { json: Boolean(opts.json), out: process.stdout, color, ...(opts.since ? { since: opts.since } : {}) });
+    const { shouldColor } = await import("./tail.ts");
+    const stop = new AbortController();
+    process.once("SIGINT", () => stop.abort());
+    await runTail(url, {
+      json: Boolean(opts.json),
+      out: process.stdout,
+      color: shouldColor(process.stdout),
+      signal: stop.signal,
+      ...(opts.since ? { since: opts.since } : {}),
+    });
   });
 
 await program.parseAsync(process.argv);

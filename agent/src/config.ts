@@ -35,6 +35,8 @@ export const configSchema = z.strictObject({
   "target-comm": regex.optional(),
   "target-cmdline": regex.optional(),
   kubernetes: bool.default(false),
+  "watch-label-selector": z.string().default(""),
+  kubeconfig: z.string().min(1).optional(),
   "node-name": z.string().min(1).default(os.hostname()),
   apiserver: list(
     hostPort.refine((value) => {

@@ -9,7 +9,7 @@
 import type http from "node:http";
 import type { Config } from "./config.ts";
 import type { LossEvent, ProcessIdentity } from "./model.ts";
-import { Correlator, type LossMeta } from "./correlate/correlator.ts";
+import { Correlator } from "./correlate/correlator.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { BoundedQueue } from "./boundedQueue.ts";
 import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
@@ -20,7 +20,8 @@ import { AgentMetrics } from "./sinks/metrics.ts";
 import { createTraceSink } from "./sinks/traces.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
-import { parseEndpoint } from "./sources/probe/endpointKey.ts";
+import { endpointKey, parseEndpoint, type EndpointKey } from "./sources/probe/endpointKey.ts";
+import { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
 import { errnoName, judge, syscallName } from "./sources/probe/socketEvents.ts";
@@ -60,7 +61,20 @@ export async function startAgent(config: Config, log: Logger): Promise<RunningAg
   const controllers = new BoundedLabel(256);
   let feed: EventFeed | undefined;
 
+  const kube = config.kubernetes
+    ? new KubernetesTargets({
+        nodeName: config["node-name"],
+        watchLabelSelector: config["watch-label-selector"],
+        ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}),
+        procRoot: config["proc-root"],
+        rescanIntervalMs: config["rescan-interval"],
+        metrics,
+        log,
+      })
+    : null;
+
   const targets = new TargetWatcher({
+    external: () => kube?.targets() ?? [],
     rules: {
       pids: config["target-pid"],
       comm: config["target-comm"] ? new RegExp(config["target-comm"]) : null,
@@ -83,19 +97,37 @@ export async function startAgent(config: Config, log: Logger): Promise<RunningAg
       }
     },
   });
-  const endpoints = config.apiserver.map(parseEndpoint);
+  // Apiserver endpoints: the configured ones plus, in Kubernetes, the ones
+  // discovered (Service ClusterIP and EndpointSlice addresses), followed live.
+  const configured = config.apiserver.map(parseEndpoint);
+  let endpoints: EndpointKey[] = configured;
+  const followEndpoints = async (discovered: { host: string; port: number }[]): Promise<void> => {
+    const next = new Map(configured.map((e) => [e.text, e]));
+    for (const { host, port } of discovered) {
+      try {
+        const key = endpointKey(host, port);
+        next.set(key.text, key);
+      } catch (err) {
+        // The kernel sees addresses, not names: a hostname endpoint cannot be filtered on.
+        log.warnRateLimited(`endpoint:${host}`, "apiserver endpoint is not an IP address; ignored", { host, port, error: String(err) });
+      }
+    }
+    const before = new Map(endpoints.map((e) => [e.text, e]));
+    endpoints = [...next.values()];
+    for (const [text, key] of next) if (!before.has(text)) await probe.setEndpoint(key, true);
+    for (const [text, key] of before) if (!next.has(text)) await probe.setEndpoint(key, false);
+    log.info("apiserver endpoints", { endpoints: endpoints.map((e) => e.text) });
+  };
 
   const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
     const known = targets.identity(pid)?.identity;
     return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
   };
 
-  const emitLoss = (event: LossEvent, meta: LossMeta): void => {
+  // The correlator observes detection latency; this stage counts and fans out.
+  const emitLoss = (event: LossEvent): void => {
     const identity = event.pid === null ? null : targets.identity(event.pid)?.identity;
     recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
-    if (meta.kernelTimeNs !== null) {
-      metrics.detectionLatency.observe(Number(process.hrtime.bigint() - meta.kernelTimeNs) / 1e9);
-    }
     eventLog.write(event);
     feed?.publish(event);
     traceSink.export(event);
@@ -195,6 +227,13 @@ export async function startAgent(config: Config, log: Logger): Promise<RunningAg
     });
     teardown.push(() => otlp.close());
 
+    if (kube) {
+      await kube.start();
+      teardown.push(() => kube.stop());
+      await followEndpoints(kube.apiservers());
+      kube.onApiservers((discovered) => void followEndpoints(discovered));
+      kube.onTargets(() => void targets.scan());
+    }
     await targets.scan();
     teardown.push(() => targets.stop());
     teardown.push(() => probe.stop());

@@ -15,7 +15,7 @@ export const CAUSES = [
 export const NOTICED = ["yes", "no", "unknown"] as const;
 export const REQUESTS = ["status", "other", "unknown"] as const;
 export const SYSCALLS = ["write", "writev", "sendto", "sendmsg", "connect", "unknown"] as const;
-export const CONNECTION_LOSS_REASONS = ["reset", "timeout", "closed_unanswered", "idle"] as const;
+export const CONNECTION_LOSS_REASONS = ["reset", "timeout", "closed_unanswered"] as const;
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
 export const SPAN_REJECT_REASONS = [
   "malformed",
@@ -24,7 +24,7 @@ export const SPAN_REJECT_REASONS = [
   "queue_full",
   "method_not_allowed",
 ] as const;
-export const DROP_REASONS = ["queue_full", "capacity", "slow_client", "expired", "invalid"] as const;
+export const DROP_REASONS = ["queue_full", "capacity", "slow_client", "expired", "invalid", "upstream_error", "write_error"] as const;
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
 
 /** Keeps a label value inside its closed set. */
@@ -63,7 +63,7 @@ export class AgentMetrics {
   });
   readonly connectionLosses = new Counter({
     name: "lostwrite_apiserver_connection_losses_total",
-    help: "Apiserver connections that died, by reason (idle: died with nothing unanswered).",
+    help: "Apiserver connections that died: reset or timeout (with or without a request in flight), or closed with a request unanswered.",
     labelNames: [...workload, "reason"],
     registers: [this.registry],
   });

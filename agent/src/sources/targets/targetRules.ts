@@ -3,7 +3,7 @@
 // the agent is watched within one interval, and an exited one is dropped.
 import { listPids, readProcess, type ProcessInfo } from "./processTable.ts";
 
-export type TargetSource = "pid" | "comm" | "cmdline";
+export type TargetSource = "pid" | "comm" | "cmdline" | "kubernetes";
 
 export interface Target extends ProcessInfo {
   source: TargetSource;

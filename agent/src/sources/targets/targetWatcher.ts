@@ -24,6 +24,8 @@ export interface TargetWatcherOptions {
   procRoot: string;
   metrics: AgentMetrics;
   onChange: (changes: TargetChanges) => Promise<void>;
+  /** Targets found by another source (Kubernetes), with their identity; merged into every scan. */
+  external?: () => { pid: number; identity: ProcessIdentity }[];
   /** Removed targets remembered for late events. */
   recentCapacity?: number;
 }
@@ -63,6 +65,10 @@ export class TargetWatcher {
 
   private async scanOnce(): Promise<void> {
     const found = await scanTargets(this.opts.rules, this.opts.procRoot);
+    const external = new Map((this.opts.external?.() ?? []).map((t) => [t.pid, t.identity]));
+    for (const [pid, identity] of external) {
+      if (!found.has(pid)) found.set(pid, { pid, comm: identity.process, cmdline: "", source: "kubernetes" });
+    }
     const previous = new Map([...this.current].map(([pid, t]) => [pid, t as Target]));
     const diff = diffTargets(previous, found);
     const added: WatchedTarget[] = [];
@@ -70,7 +76,14 @@ export class TargetWatcher {
       added.push({
         ...target,
         nsPids: await readNsPids(this.opts.procRoot, target.pid),
-        identity: { pid: target.pid, process: target.comm, namespace: "", pod: "", container: "", controller: "" },
+        identity: external.get(target.pid) ?? {
+          pid: target.pid,
+          process: target.comm,
+          namespace: "",
+          pod: "",
+          container: "",
+          controller: "",
+        },
       });
     }
     const removed = diff.removed.map((t) => this.current.get(t.pid)!);
@@ -81,6 +94,7 @@ export class TargetWatcher {
     }
     for (const t of added) next.set(t.pid, t);
     this.current = next;
+    // The Kubernetes source sets its own gauge.
     for (const source of ["pid", "comm", "cmdline"] as const) {
       this.opts.metrics.targets.set({ source }, [...next.values()].filter((t) => t.source === source).length);
     }
