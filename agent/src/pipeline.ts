@@ -46,7 +46,12 @@ function hostPort(value: string): { host: string; port: number } {
   return { host: value.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(value.slice(i + 1)) };
 }
 
-export async function startAgent(config: Config, log: Logger): Promise<RunningAgent> {
+export interface StartOptions {
+  /** Where loss events go as JSON lines; null for none (the demo draws its own screen). Default stdout. */
+  eventLog?: NodeJS.WritableStream | null;
+}
+
+export async function startAgent(config: Config, log: Logger, options: StartOptions = {}): Promise<RunningAgent> {
   const metrics = new AgentMetrics();
   const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
   metrics.probeInfo.set({ variant, bpftrace_version: "" }, 1);
@@ -56,7 +61,8 @@ export async function startAgent(config: Config, log: Logger): Promise<RunningAg
   const clock = new MonotonicClock();
   const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics });
   const lossListeners: ((event: LossEvent) => void)[] = [];
-  const eventLog = createEventLog(process.stdout, { metrics });
+  const eventLogStream = options.eventLog === undefined ? process.stdout : options.eventLog;
+  const eventLog = eventLogStream ? createEventLog(eventLogStream, { metrics }) : null;
   const traceSink = createTraceSink({ enabled: Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), logger: log, metrics });
   const controllers = new BoundedLabel(256);
   let feed: EventFeed | undefined;
@@ -128,7 +134,7 @@ export async function startAgent(config: Config, log: Logger): Promise<RunningAg
   const emitLoss = (event: LossEvent): void => {
     const identity = event.pid === null ? null : targets.identity(event.pid)?.identity;
     recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
-    eventLog.write(event);
+    eventLog?.write(event);
     feed?.publish(event);
     traceSink.export(event);
     for (const listener of lossListeners) listener(event);
