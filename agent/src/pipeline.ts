@@ -29,6 +29,8 @@ import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
 import { TargetWatcher } from "./sources/targets/targetWatcher.ts";
+import { openRecordWriter } from "./sources/record/writer.ts";
+import { AGENT_VERSION } from "./version.ts";
 
 export interface RunningAgent {
   metrics: AgentMetrics;
@@ -59,12 +61,23 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
 
   // --- build every stage -------------------------------------------------
   const clock = new MonotonicClock();
-  const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics });
   const lossListeners: ((event: LossEvent) => void)[] = [];
+  // --record: what the agent received (raw probe lines, span bodies, clock), for replay.
+  const recorder = config.record
+    ? await openRecordWriter(config.record, {
+        header: {
+          node: config["node-name"],
+          clockOffsetNs: clock.offsetNs,
+          recordedAt: new Date().toISOString(),
+          agent: { version: AGENT_VERSION, config: { ...config } },
+        },
+        metrics,
+        logger: log,
+      })
+    : null;
   const eventLogStream = options.eventLog === undefined ? process.stdout : options.eventLog;
   const eventLog = eventLogStream ? createEventLog(eventLogStream, { metrics }) : null;
   const traceSink = createTraceSink({ enabled: Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), logger: log, metrics });
-  const controllers = new BoundedLabel(256);
   let feed: EventFeed | undefined;
 
   const kube = config.kubernetes
@@ -125,61 +138,29 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     log.info("apiserver endpoints", { endpoints: endpoints.map((e) => e.text) });
   };
 
-  const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
-    const known = targets.identity(pid)?.identity;
-    return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
-  };
-
-  // The correlator observes detection latency; this stage counts and fans out.
-  const emitLoss = (event: LossEvent): void => {
-    const identity = event.pid === null ? null : targets.identity(event.pid)?.identity;
-    recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
-    eventLog?.write(event);
-    feed?.publish(event);
-    traceSink.export(event);
-    for (const listener of lossListeners) listener(event);
-  };
-
-  const correlator = new Correlator({
-    index,
+  // The correlator observes detection latency; the sinks only fan out.
+  const stages = buildLossStages({
+    config,
     metrics,
     clock,
-    node: config["node-name"],
-    nsPidsOf: (pid) => targets.identity(pid)?.nsPids ?? null,
-    onLoss: emitLoss,
-    windowMs: config["correlation-window"],
+    identity: (pid) => targets.identity(pid),
+    emit: (event) => {
+      eventLog?.write(event);
+      feed?.publish(event);
+      traceSink.export(event);
+      for (const listener of lossListeners) listener(event);
+    },
   });
+  const { correlator, counters } = stages;
 
-  const counters = new CounterDeltas();
-  const handleRecord = (record: ProbeRecord): void => {
-    if (record.type === "counters") {
-      for (const { key, delta } of counters.update(record.map, record.entries)) {
-        const pid = key[0]!;
-        const labels = workloadLabels(identityOf(pid, pid, targets.identity(pid)?.comm ?? "unknown"));
-        if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
-        else if (record.map === "bytes") metrics.writeBytes.inc(labels, Number(delta));
-        else if (record.map === "retransmits") metrics.retransmits.inc(labels, Number(delta));
-        else if (record.map === "transient") {
-          // EAGAIN, EINTR, EINPROGRESS: failed syscalls the caller retries, counted but not losses.
-          const [, nr = -1, errno = 0] = key;
-          recordSocketEvent(metrics, { syscall: syscallName(nr), errno: errnoName(errno) }, labels, Number(delta));
-        }
-      }
-      return;
-    }
-    const verdict = judge(record, { unansweredMinBytes: config["unanswered-min-bytes"] });
-    if (verdict.kind === "connection_loss") {
-      recordConnectionLoss(metrics, workloadLabels(identityOf(verdict.pid, verdict.pid, verdict.process)), verdict.reason);
-    } else if (verdict.kind === "loss") {
-      const identity = identityOf(verdict.event.pid, verdict.event.tid, verdict.event.process);
-      recordSocketEvent(metrics, verdict.event, identity);
-      if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
-      correlator.addSocketEvent(verdict.event, identity);
-    }
-  };
   // probe → judge/correlate; bpftrace output is read as fast as it comes, the
   // queue absorbs bursts without blocking the reader.
-  const probeToCorrelator = new BoundedQueue<ProbeRecord>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: handleRecord });
+  const probeToCorrelator = new BoundedQueue<ProbeRecord>({
+    name: "probeToCorrelator",
+    capacity: 65536,
+    metrics,
+    consume: stages.handleRecord,
+  });
   const spansToCorrelator = new BoundedQueue<IndexedSpan[]>({
     name: "spansToCorrelator",
     capacity: 1024,
@@ -194,6 +175,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     log,
     state: () => ({ targets: targets.pids(), endpoints }),
     onRecord: (record) => probeToCorrelator.push(record),
+    ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
     onInstance: () => counters.reset(),
   });
 
@@ -209,6 +191,14 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     }
   };
   try {
+    if (recorder) teardown.push(() => recorder.close());
+    // Kernel time → wall time drifts (NTP slews the wall clock): re-measure.
+    const clockTimer = setInterval(() => {
+      clock.refresh();
+      recorder?.clock(clock.offsetNs);
+    }, 60_000);
+    clockTimer.unref();
+    teardown.push(() => clearInterval(clockTimer));
     const listen = hostPort(config.listen);
     const server: http.Server = await startHttpServer({
       ...listen,
@@ -230,6 +220,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       ...(config["otlp-forward"] ? { forwardUrl: config["otlp-forward"] } : {}),
       metrics,
       onSpans: (spans) => spansToCorrelator.push(spans),
+      ...(recorder ? { onAccepted: ({ body, contentType, peer }) => recorder.spans(peer, contentType, body) } : {}),
     });
     teardown.push(() => otlp.close());
 
@@ -260,4 +251,81 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     await close();
     throw err;
   }
+}
+
+export interface LossStagesOptions {
+  config: Config;
+  metrics: AgentMetrics;
+  clock: Pick<MonotonicClock, "toWallNs">;
+  /** What is known of a target pid: identity for labels and events, NSpid for spans. */
+  identity: (pid: number) => { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string } | undefined;
+  emit: (event: LossEvent) => void;
+  /** Wall-clock ms; replay drives it from the recording. */
+  now?: () => number;
+}
+
+/**
+ * The stages the live agent and `lostwrite replay` share: probe records and
+ * spans in, counted and correlated loss events out.
+ *
+ *   probe record ──► judge ──► kernel metrics ──► correlator ◄── spans
+ *                                                    │
+ *                                                    ▼
+ *                                         loss metrics ──► emit
+ */
+export function buildLossStages(opts: LossStagesOptions) {
+  const { config, metrics } = opts;
+  const now = opts.now ?? Date.now;
+  const counters = new CounterDeltas();
+  const controllers = new BoundedLabel(256);
+  const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics, now });
+
+  const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
+    const known = opts.identity(pid)?.identity;
+    return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
+  };
+
+  const correlator = new Correlator({
+    index,
+    metrics,
+    clock: opts.clock,
+    node: config["node-name"],
+    nsPidsOf: (pid) => opts.identity(pid)?.nsPids ?? null,
+    onLoss: (event) => {
+      const identity = event.pid === null ? null : opts.identity(event.pid)?.identity;
+      recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
+      opts.emit(event);
+    },
+    windowMs: config["correlation-window"],
+    now,
+  });
+
+  const handleRecord = (record: ProbeRecord): void => {
+    if (record.type === "counters") {
+      for (const { key, delta } of counters.update(record.map, record.entries)) {
+        const pid = key[0]!;
+        const labels = workloadLabels(identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
+        if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
+        else if (record.map === "bytes") metrics.writeBytes.inc(labels, Number(delta));
+        else if (record.map === "retransmits") metrics.retransmits.inc(labels, Number(delta));
+        else if (record.map === "transient") {
+          // EAGAIN, EINTR, EINPROGRESS: failed syscalls the caller retries, counted but not losses.
+          const [, nr = -1, errno = 0] = key;
+          recordSocketEvent(metrics, { syscall: syscallName(nr), errno: errnoName(errno) }, labels, Number(delta));
+        }
+      }
+      return;
+    }
+    const verdict = judge(record, { unansweredMinBytes: config["unanswered-min-bytes"] });
+    if (verdict.kind === "connection_loss") {
+      recordConnectionLoss(metrics, workloadLabels(identityOf(verdict.pid, verdict.pid, verdict.process)), verdict.reason);
+    } else if (verdict.kind === "loss") {
+      const identity = identityOf(verdict.event.pid, verdict.event.tid, verdict.event.process);
+      recordSocketEvent(metrics, verdict.event, identity);
+      if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
+      correlator.addSocketEvent(verdict.event, identity);
+    }
+  };
+
+  return { handleRecord, correlator, counters };
 }

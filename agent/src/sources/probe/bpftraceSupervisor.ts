@@ -27,6 +27,8 @@ export interface SupervisorOptions {
   /** The current targets and endpoints, read at every (re)start. */
   state: () => ProbeState;
   onRecord: (record: ProbeRecord) => void;
+  /** Every raw stdout line, before parsing (for `--record`). */
+  onLine?: (line: string) => void;
   /** A new bpftrace instance started: its counters start at zero. */
   onInstance: () => void;
   heartbeatTimeoutMs?: number;
@@ -37,7 +39,7 @@ export interface SupervisorOptions {
 const KNOWN_HARMLESS = /RLIMIT_MEMLOCK/;
 
 export class BpftraceSupervisor {
-  private readonly opts: Required<SupervisorOptions>;
+  private readonly opts: Required<Omit<SupervisorOptions, "onLine">> & Pick<SupervisorOptions, "onLine">;
   private readonly control = new ControlChannel();
   private child: ResultPromise | undefined;
   private stopping = false;
@@ -148,6 +150,7 @@ export class BpftraceSupervisor {
 
   private onLine(line: string): void {
     if (!line.trim()) return;
+    this.opts.onLine?.(line);
     const parsed = parseProbeLine(line);
     if (!parsed.ok) {
       this.opts.metrics.probeParseErrors.inc();

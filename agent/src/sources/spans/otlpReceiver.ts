@@ -24,6 +24,8 @@ export interface OtlpReceiverOptions {
   metrics: AgentMetrics;
   /** Takes the spans of one request; false means the intake queue is full (answered 429). */
   onSpans: (spans: IndexedSpan[], peer: { address: string }) => boolean;
+  /** Every accepted body, decompressed, for `--record` (replay decodes it with decodeTraceBody). */
+  onAccepted?: (batch: { body: Uint8Array; contentType: string; peer: string }) => void;
   /** Requests read and decoded at once; more are answered 429. Bounds memory to about this × maxBodyBytes. */
   maxConcurrentRequests?: number;
   /** Seconds a client is told to wait after a 429. */
@@ -43,6 +45,12 @@ const MEDIA_TYPES = {
   "application/json": { decode: decodeJsonTraceRequest, reply: Buffer.from("{}") },
 } as const satisfies Record<string, { decode: (body: Uint8Array) => WireRequest; reply: Buffer }>;
 type MediaType = keyof typeof MEDIA_TYPES;
+
+/** Decodes one OTLP/HTTP traces body of a supported media type; throws on malformed input. */
+export function decodeTraceBody(mediaType: string, body: Uint8Array, peerAddress: string | null): IndexedSpan[] {
+  if (!(mediaType in MEDIA_TYPES)) throw new Error(`unsupported media type "${mediaType}"`);
+  return toIndexedSpans(MEDIA_TYPES[mediaType as MediaType].decode(body), peerAddress);
+}
 
 export function parseListen(listen: string): { host: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(listen);
@@ -118,7 +126,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
       const media = MEDIA_TYPES[mediaType as MediaType];
       let spans: IndexedSpan[];
       try {
-        spans = toIndexedSpans(media.decode(body.decoded), req.socket.remoteAddress ?? null);
+        spans = decodeTraceBody(mediaType as MediaType, body.decoded, req.socket.remoteAddress ?? null);
       } catch (err) {
         reject(res, 400, "malformed", `malformed OTLP ${mediaType}: ${describe(err)}`);
         return;
@@ -128,6 +136,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
         return;
       }
       metrics.spansReceived.inc(spans.length);
+      opts.onAccepted?.({ body: body.decoded, contentType: mediaType, peer: req.socket.remoteAddress ?? "" });
       forwarder?.enqueue({
         body: body.raw,
         contentType: req.headers["content-type"] ?? mediaType,
