@@ -50,6 +50,7 @@ export class BpftraceSupervisor {
   private readonly workDir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-probe-"));
   private seq = 0;
   private readonly exited = new WeakSet<ResultPromise>();
+  private readonly killedForSilence = new WeakSet<ResultPromise>();
   private startedAt = 0;
   private readonly acks = new Map<number, () => void>();
   private readyWaiters: (() => void)[] = [];
@@ -182,7 +183,10 @@ export class BpftraceSupervisor {
     if (Date.now() - this.lastBeat > this.opts.heartbeatTimeoutMs) {
       this.opts.log.warn("bpftrace stopped beating; restarting", { silentMs: Date.now() - this.lastBeat });
       this.opts.metrics.probeRestarts.inc({ reason: "heartbeat_missed" });
-      this.child?.kill("SIGKILL");
+      if (this.child) {
+        this.killedForSilence.add(this.child);
+        this.child.kill("SIGKILL");
+      }
     }
   }
 
@@ -194,7 +198,8 @@ export class BpftraceSupervisor {
     for (const resolve of this.acks.values()) resolve();
     this.acks.clear();
     if (this.stopping) return;
-    if (signal !== "SIGKILL") this.opts.metrics.probeRestarts.inc({ reason: "exited" });
+    // A bpftrace the watchdog killed was counted as heartbeat_missed already.
+    if (!this.killedForSilence.has(child)) this.opts.metrics.probeRestarts.inc({ reason: "exited" });
     const backoff = Math.min(this.opts.maxBackoffMs, 1000 * 2 ** Math.min(this.restarts, 5));
     const delay = backoff / 2 + Math.random() * (backoff / 2);
     this.restarts++;

@@ -1,0 +1,34 @@
+// Every probe variant compiles on this machine's bpftrace, rendered as the
+// agent renders it (targets, IPv4 and IPv6 endpoints), with no warnings.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, it } from "node:test";
+import { parseEndpoint } from "../../src/sources/probe/endpointKey.ts";
+import { PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
+import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+
+describe("probe programs", { skip: skipWithoutKernel() }, () => {
+  for (const variant of PROBE_VARIANTS) {
+    it(`${variant}: dry-run compiles with bpftrace -d`, () => {
+      assertKernelRequirements();
+      const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bt-"));
+      try {
+        const file = path.join(dir, `${variant}.bt`);
+        writeFileSync(
+          file,
+          renderProgram(variant, { targets: [1, 4194304], endpoints: ["10.96.0.1:443", "[fd00::1]:6443"].map(parseEndpoint) }),
+        );
+        const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20 });
+        assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);
+        const stderr = result.stderr;
+        const warnings = stderr.split("\n").filter((l) => /warning|error/i.test(l) && !/RLIMIT_MEMLOCK|available_filter_functions/.test(l));
+        assert.deepEqual(warnings, []);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  }
+});

@@ -1,0 +1,79 @@
+// One schema for flags, env and file: precedence, rejection of unknown keys,
+// errors that name the key and the value, and the shipped files validate.
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, it } from "node:test";
+import { parse as parseYaml } from "yaml";
+import { ConfigError, configFromEnv, configFromFile, configSchema, loadConfig } from "../../src/config.ts";
+
+const repo = (p: string): string => new URL(`../../../${p}`, import.meta.url).pathname;
+
+describe("config", () => {
+  it("merges flags over env over file over defaults", () => {
+    const config = loadConfig([
+      { name: "config file", values: { listen: "127.0.0.1:1", "otlp-listen": "127.0.0.1:2", "correlation-window": "3s" } },
+      { name: "environment", values: configFromEnv({ LOSTWRITE_LISTEN: "127.0.0.1:10", LOSTWRITE_APISERVER: "10.0.0.1:443,[fd00::1]:6443" }) },
+      { name: "flag", values: { listen: "127.0.0.1:100", "target-pid": ["12", "13"] } },
+    ]);
+    assert.equal(config.listen, "127.0.0.1:100");
+    assert.equal(config["otlp-listen"], "127.0.0.1:2");
+    assert.equal(config["correlation-window"], 3000);
+    assert.deepEqual(config.apiserver, ["10.0.0.1:443", "[fd00::1]:6443"]);
+    assert.deepEqual(config["target-pid"], [12, 13]);
+    assert.equal(config["rescan-interval"], 1000);
+  });
+
+  it("rejects unknown keys, naming the source, the key and the value", () => {
+    assert.throws(() => loadConfig([{ name: 'config file "x.yaml"', values: { "target-pids": [1] } }]), (err: Error) => {
+      assert.ok(err instanceof ConfigError);
+      assert.match(err.message, /config file "x.yaml": unknown key "target-pids"=\[1\]/);
+      return true;
+    });
+    assert.throws(() => configFromEnv({ LOSTWRITE_TARGETS: "1" }), /unknown variable LOSTWRITE_TARGETS="1"/);
+  });
+
+  it("says which key and value are wrong", () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ "target-pid": ["abc"] }, /key "target-pid" value \["abc"\]/],
+      [{ apiserver: ["kubernetes.default:443"] }, /key "apiserver" value \["kubernetes.default:443"\]: expected IP:PORT/],
+      [{ "target-comm": "([" }, /key "target-comm" value "\(\[": not a valid regular expression/],
+      [{ "correlation-window": "soon" }, /key "correlation-window" value "soon"/],
+      [{ "probe-variant": "kprobes" }, /key "probe-variant" value "kprobes"/],
+      [{ listen: "9470" }, /key "listen" value "9470": expected ADDR:PORT/],
+    ];
+    for (const [values, message] of cases) assert.throws(() => loadConfig([{ name: "flag", values }]), message);
+  });
+
+  it("reports a config file that is not YAML or not a mapping", () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-config-"));
+    writeFileSync(path.join(dir, "bad.yaml"), "listen: [unclosed");
+    writeFileSync(path.join(dir, "list.yaml"), "- a\n- b\n");
+    assert.throws(() => configFromFile(path.join(dir, "bad.yaml")), /bad.yaml": not YAML/);
+    assert.throws(() => configFromFile(path.join(dir, "list.yaml")), /expected a mapping of keys/);
+    assert.throws(() => configFromFile(path.join(dir, "missing.yaml")), /missing.yaml"/);
+  });
+
+  it("ships a config file that lists every key with its default", () => {
+    const shipped = configFromFile(repo("deploy/agent.yaml"));
+    const keys = Object.keys(configSchema.shape).filter((k) => !["target-comm", "target-cmdline", "kubeconfig", "otlp-forward", "record", "node-name"].includes(k));
+    for (const key of keys) assert.ok(key in shipped, `deploy/agent.yaml lacks "${key}"`);
+    assert.deepEqual(loadConfig([{ name: "file", values: shipped }]), loadConfig([]));
+  });
+
+  it("accepts the arguments the DaemonSet passes", () => {
+    const daemonset = parseYaml(readFileSync(repo("deploy/base/daemonset.yaml"), "utf8")) as {
+      spec: { template: { spec: { containers: { args: string[] }[] } } };
+    };
+    const args = daemonset.spec.template.spec.containers[0]!.args.filter((a) => a.startsWith("--"));
+    const flags: Record<string, unknown> = {};
+    for (const arg of args) {
+      const [key, value] = arg.slice(2).split("=") as [string, string?];
+      flags[key] = value === undefined ? true : value.replace("$(NODE_NAME)", "node-1");
+    }
+    const config = loadConfig([{ name: "flag", values: flags }]);
+    assert.equal(config.kubernetes, true);
+    assert.equal(config["node-name"], "node-1");
+  });
+});
