@@ -1,0 +1,117 @@
+// The C loops of the benchmark (probeCostLoop.c) as child processes that
+// answer one line per request: compiled once per run into a temp dir, started
+// once, then asked for a timed run per round.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const SOURCE = path.join(path.dirname(fileURLToPath(import.meta.url)), "probeCostLoop.c");
+
+/** Compiles probeCostLoop.c into `dir`; returns the binary's path. */
+export function compileLoops(dir: string): string {
+  const binary = path.join(dir, "probeCostLoop");
+  execFileSync("gcc", ["-O2", "-Wall", "-Wextra", "-Werror", "-o", binary, SOURCE], { stdio: ["ignore", "ignore", "pipe"] });
+  return binary;
+}
+
+/** A child that speaks in lines: each `request` writes one line and resolves with the next line it prints. */
+export class LineProcess {
+  readonly child: ChildProcess;
+  readonly pid: number;
+  readonly #name: string;
+  readonly #lines: string[] = [];
+  readonly #waiting: { resolve: (line: string) => void; reject: (err: Error) => void }[] = [];
+  #buffered = "";
+  #stderr = "";
+  #exited: string | null = null;
+
+  constructor(name: string, binary: string, args: string[]) {
+    this.#name = name;
+    this.child = spawn(binary, args, { stdio: ["pipe", "pipe", "pipe"] });
+    if (this.child.pid === undefined) throw new Error(`${name}: could not start ${binary}`);
+    this.pid = this.child.pid;
+    this.child.stdout!.setEncoding("utf8").on("data", (chunk: string) => this.#onData(chunk));
+    this.child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (this.#stderr = (this.#stderr + chunk).slice(-2000)));
+    this.child.stdin!.on("error", () => undefined); // a dead child is reported by the exit handler
+    this.child.once("exit", (code, signal) => {
+      this.#exited = `${this.#name} exited (${signal ?? code})${this.#stderr ? `: ${this.#stderr.trim()}` : ""}`;
+      for (const w of this.#waiting.splice(0)) w.reject(new Error(this.#exited));
+    });
+  }
+
+  #onData(chunk: string): void {
+    this.#buffered += chunk;
+    let nl: number;
+    while ((nl = this.#buffered.indexOf("\n")) !== -1) {
+      const line = this.#buffered.slice(0, nl);
+      this.#buffered = this.#buffered.slice(nl + 1);
+      const waiter = this.#waiting.shift();
+      if (waiter) waiter.resolve(line);
+      else this.#lines.push(line);
+    }
+  }
+
+  /** The next line printed (already printed or yet to come). */
+  nextLine(): Promise<string> {
+    const line = this.#lines.shift();
+    if (line !== undefined) return Promise.resolve(line);
+    if (this.#exited) return Promise.reject(new Error(this.#exited));
+    return new Promise((resolve, reject) => this.#waiting.push({ resolve, reject }));
+  }
+
+  request(line: string): Promise<string> {
+    this.child.stdin!.write(`${line}\n`);
+    return this.nextLine();
+  }
+
+  kill(): void {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGKILL");
+  }
+}
+
+/** The stand-in apiserver: one forked reader per connection; resolves once it listens. */
+export async function startServer(binary: string): Promise<{ process: LineProcess; port: number }> {
+  const process = new LineProcess("server", binary, ["server"]);
+  const line = await process.nextLine();
+  const match = /^listening (\d+)$/.exec(line);
+  if (!match) throw new Error(`server: expected "listening PORT", got ${JSON.stringify(line)}`);
+  return { process, port: Number(match[1]) };
+}
+
+/** A socket-send loop, connected to the server once it resolves. */
+export class SendLoop {
+  readonly process: LineProcess;
+  constructor(name: string, binary: string, port: number) {
+    this.process = new LineProcess(name, binary, ["send", String(port)]);
+  }
+  async ready(): Promise<void> {
+    const line = await this.process.nextLine();
+    if (line !== "ready") throw new Error(`send loop: expected "ready", got ${JSON.stringify(line)}`);
+  }
+  /** ns per send() (wall clock), and the server's CPU ns per recv() of the same messages. */
+  async run(iterations: number): Promise<{ sendNs: number; recvCpuNs: number }> {
+    const line = await this.process.request(String(iterations));
+    const [sendNs, recvCpuNs] = line.split(" ").map(Number);
+    if (!Number.isFinite(sendNs) || !Number.isFinite(recvCpuNs)) throw new Error(`send loop: unexpected answer ${JSON.stringify(line)}`);
+    return { sendNs: sendNs!, recvCpuNs: recvCpuNs! };
+  }
+}
+
+/** A file-write loop on `file`. */
+export class FileLoop {
+  readonly process: LineProcess;
+  constructor(binary: string, file: string) {
+    this.process = new LineProcess("file loop", binary, ["file", file]);
+  }
+  async ready(): Promise<void> {
+    const line = await this.process.nextLine();
+    if (line !== "ready") throw new Error(`file loop: expected "ready", got ${JSON.stringify(line)}`);
+  }
+  /** ns per write() (wall clock). */
+  async run(iterations: number): Promise<number> {
+    const line = await this.process.request(String(iterations));
+    const ns = Number(line);
+    if (!Number.isFinite(ns)) throw new Error(`file loop: unexpected answer ${JSON.stringify(line)}`);
+    return ns;
+  }
+}

@@ -1,0 +1,290 @@
+// `npm run bench`: what the agent's probes cost the processes of the node, in
+// added nanoseconds per operation, measured on this kernel. Not a test: it
+// prints numbers, for the closing notes of the issues that change the probes.
+//
+// USAGE: npm run bench -- [--rounds N] [--iterations N]   (root, bpftrace, gcc)
+//
+// WHAT RUNS. Timed loops in C (probeCostLoop.c, compiled at start), so the
+// cost measured is the kernel's, not a runtime's:
+//   - a target process sending 100-byte messages (send(), TCP_NODELAY as Go
+//     sets it) to a loopback server that the agent knows as an apiserver;
+//   - the server's reader of that connection, a non-target: CPU ns per recv();
+//   - a non-target process doing the same sends to the same server;
+//   - a non-target process doing 100-byte write()s to a file in a temp dir.
+// The loops start before any agent (the target's connection predates the
+// agent, as client-go's does) and run once per phase on a line on stdin.
+//
+// CONFIGURATIONS, one phase each per round, in an order rotated every round:
+// no probe; the real agent CLI with --probe-variant sockets; the same with
+// --probe-variant syscalls. An agent is started for its phase, measured once
+// /readyz says its probe is attached, and stopped (bpftrace gone) before the
+// next phase. After each agent phase the agent's own /metrics must show the
+// target's sends, so the measured path is the one the probe filters in.
+//
+// HOW TO READ. Per operation and configuration: the median ns/op over rounds,
+// the range, and the added ns and ratio against "no probe", each the median
+// of per-round pairs (this machine's load drifts between rounds). Another
+// bpftrace running on the machine during a phase is named: it adds its own
+// cost to that phase.
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { bpftracePids, descendants, sleep, startAgentRun, type AgentRun } from "./agentRun.ts";
+import { CostTable } from "./costTable.ts";
+import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+
+const USAGE = `usage: npm run bench -- [--rounds N] [--iterations N]
+
+  --rounds N       phases per configuration, interleaved (default 5)
+  --iterations N   operations per timed run (default 50000)
+
+Needs root, bpftrace and gcc.`;
+
+/** Lets the agent's own start-up work (first target scan, first tick) finish before timing. */
+const SETTLE_MS = 500;
+/** Timed runs of each loop per phase; the fastest is kept. */
+const RUNS_PER_PHASE = 3;
+/** How long a phase waits for someone else's bpftrace to finish before it is measured anyway (and flagged). */
+const OTHERS_WAIT_MS = 10_000;
+/** The probe's counts reach /metrics on its 1 s tick. */
+const COUNT_WAIT_MS = 3000;
+
+const CONFIGURATIONS = [
+  { key: "none", label: "no probe", variant: null },
+  { key: "sockets", label: "agent: sockets", variant: "sockets" },
+  { key: "syscalls", label: "agent: syscalls", variant: "syscalls" },
+] as const;
+
+const OPERATIONS = [
+  { key: "targetSend", label: "target send() 100 B, apiserver socket" },
+  { key: "apiserverRecv", label: "its reader: recv() 100 B, CPU ns" },
+  { key: "otherSend", label: "non-target send() 100 B, same server" },
+  { key: "otherFile", label: "non-target write() 100 B, file" },
+];
+
+function parseOptions(argv: string[]): { rounds: number; iterations: number } {
+  let values: { rounds?: string; iterations?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: { rounds: { type: "string" }, iterations: { type: "string" }, help: { type: "boolean", short: "h" } },
+      strict: true,
+    }));
+  } catch (err) {
+    process.stderr.write(`bench: ${(err as Error).message}\n${USAGE}\n`);
+    process.exit(2);
+  }
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
+  const positive = (name: string, value: string | undefined, fallback: number): number => {
+    if (value === undefined) return fallback;
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < 1) {
+      process.stderr.write(`bench: --${name} must be a positive integer, got ${JSON.stringify(value)}\n`);
+      process.exit(2);
+    }
+    return n;
+  };
+  return { rounds: positive("rounds", values.rounds, 5), iterations: positive("iterations", values.iterations, 50_000) };
+}
+
+async function waitForOthers(others: () => number[]): Promise<void> {
+  const deadline = Date.now() + OTHERS_WAIT_MS;
+  let pids = others();
+  if (pids.length === 0) return;
+  process.stderr.write(`waiting up to ${OTHERS_WAIT_MS / 1000} s for other bpftrace processes (pid ${pids.join(", ")}) to finish\n`);
+  while (pids.length > 0 && Date.now() < deadline) {
+    await sleep(250);
+    pids = others();
+  }
+}
+
+function missingRequirements(): string[] {
+  const missing: string[] = [];
+  if (process.getuid?.() !== 0) missing.push("not root (bpftrace loads BPF programs)");
+  for (const [tool, hint] of [
+    ["bpftrace", "apt-get install bpftrace"],
+    ["gcc", "apt-get install gcc"],
+  ]) {
+    try {
+      execFileSync(tool!, ["--version"], { stdio: "ignore" });
+    } catch {
+      missing.push(`${tool} not on PATH (${hint})`);
+    }
+  }
+  if (!existsSync("/sys/kernel/tracing/events")) missing.push("tracefs not mounted (mount -t tracefs nodev /sys/kernel/tracing)");
+  return missing;
+}
+
+function commandLine(cmd: string, args: string[]): string {
+  try {
+    return execFileSync(cmd, args, { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+  } catch {
+    return "unknown";
+  }
+}
+
+function machineDescription(): string[] {
+  const cpu = /^model name\s*:\s*(.+)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1] ?? "unknown";
+  const probeHash = (file: string): string =>
+    createHash("sha256").update(readFileSync(path.join(repoRoot, "probes", file))).digest("hex").slice(0, 12);
+  const dirty = commandLine("git", ["-C", repoRoot, "status", "--porcelain", "--", "probes", "agent/src"]) ? " (probes or agent/src modified)" : "";
+  return [
+    `machine:  ${os.availableParallelism()} CPUs (nproc), ${cpu}`,
+    `kernel:   ${os.release()}`,
+    `bpftrace: ${commandLine("bpftrace", ["--version"])}`,
+    `node:     ${process.version}`,
+    `commit:   ${commandLine("git", ["-C", repoRoot, "rev-parse", "--short", "HEAD"])}${dirty}`,
+    `probes:   apiserver_sockets.bt ${probeHash("apiserver_sockets.bt")}, apiserver_syscalls.bt ${probeHash("apiserver_syscalls.bt")} (sha256)`,
+    `load:     ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (1/5/15 min, at start)`,
+  ];
+}
+
+async function main(): Promise<void> {
+  const { rounds, iterations } = parseOptions(process.argv.slice(2));
+  const missing = missingRequirements();
+  if (missing.length > 0) {
+    process.stderr.write(`bench: cannot measure probe cost here: ${missing.join("; ")}\n`);
+    process.exit(1);
+  }
+
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-"));
+  const children: LineProcess[] = [];
+  let agent: AgentRun | null = null;
+  let interrupted = false;
+  const teardown = async (): Promise<void> => {
+    const running = agent;
+    agent = null;
+    await running?.stop();
+    for (const child of children) child.kill();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.once(signal, () => {
+      interrupted = true;
+      process.stderr.write(`\nbench: ${signal}, stopping the agent and the loops\n`);
+      teardown().then(
+        () => process.exit(130),
+        () => process.exit(130),
+      );
+    });
+  }
+
+  const started = Date.now();
+  try {
+    const binary = compileLoops(dir);
+    const server = await startServer(binary);
+    children.push(server.process);
+    const target = new SendLoop("target send loop", binary, server.port);
+    const other = new SendLoop("non-target send loop", binary, server.port);
+    const file = new FileLoop(binary, path.join(dir, "writes.dat"));
+    children.push(target.process, other.process, file.process);
+    await Promise.all([target.ready(), other.ready(), file.ready()]);
+    const apiserver = `127.0.0.1:${server.port}`;
+    // Per run: timed sends, warm-up sends, the run header.
+    const expectedCount = RUNS_PER_PHASE * (iterations + Math.floor(iterations / 10) + 1);
+
+    const out = (line = ""): void => void process.stdout.write(`${line}\n`);
+    out("lostwrite probe cost");
+    for (const line of machineDescription()) out(line);
+    out(`setup:    ${rounds} rounds × ${CONFIGURATIONS.length} configurations, ${iterations} operations per timed run, the fastest of ${RUNS_PER_PHASE} runs per phase;`);
+    out(`          target pid ${target.process.pid}, apiserver ${apiserver} (loopback), non-target pids ${other.process.pid} (send), ${file.process.pid} (file)`);
+    out();
+
+    const table = new CostTable(OPERATIONS, [...CONFIGURATIONS], "none");
+    const counted = new Map<string, number[]>();
+    const foreign: string[] = [];
+    const restarted: string[] = [];
+    const phases = rounds * CONFIGURATIONS.length;
+    let phase = 0;
+
+    for (let round = 0; round < rounds; round++) {
+      for (let i = 0; i < CONFIGURATIONS.length; i++) {
+        const config = CONFIGURATIONS[(round + i) % CONFIGURATIONS.length]!;
+        phase++;
+        if (config.variant) agent = await startAgentRun({ targetPid: target.process.pid, apiserver, variant: config.variant });
+        const running = agent;
+        // Ours are whatever bpftrace the agent runs now (also after a restart).
+        const others = (): number[] => {
+          const ours = new Set([...(running?.bpftrace ?? []), ...(running ? descendants(running.child.pid ?? -1) : [])]);
+          return bpftracePids().filter((pid) => !ours.has(pid));
+        };
+        await waitForOthers(others);
+        const othersBefore = others();
+        await sleep(SETTLE_MS);
+
+        // Several short runs per phase, the fastest kept: on a shared machine
+        // noise only ever adds time.
+        let t = { sendNs: Infinity, recvCpuNs: Infinity };
+        let o = Infinity;
+        let f = Infinity;
+        for (let run = 0; run < RUNS_PER_PHASE; run++) {
+          const sent = await target.run(iterations);
+          t = { sendNs: Math.min(t.sendNs, sent.sendNs), recvCpuNs: Math.min(t.recvCpuNs, sent.recvCpuNs) };
+          o = Math.min(o, (await other.run(iterations)).sendNs);
+          f = Math.min(f, await file.run(iterations));
+        }
+        table.record("targetSend", config.key, round, t.sendNs);
+        table.record("apiserverRecv", config.key, round, t.recvCpuNs);
+        table.record("otherSend", config.key, round, o);
+        table.record("otherFile", config.key, round, f);
+
+        const othersDuring = [...new Set([...othersBefore, ...others()])];
+        if (othersDuring.length > 0) foreign.push(`round ${round + 1} ${config.label}: bpftrace pid ${othersDuring.join(", ")}`);
+
+        let note = "";
+        if (running) {
+          let seen = 0;
+          const deadline = Date.now() + COUNT_WAIT_MS;
+          while ((seen = await running.countedWrites()) < expectedCount && Date.now() < deadline) await sleep(200);
+          counted.set(config.key, [...(counted.get(config.key) ?? []), seen]);
+          const restarts = await running.restarts();
+          if (restarts > 0) restarted.push(`round ${round + 1} ${config.label}: ${restarts}`);
+          note = `, agent counted ${seen}/${expectedCount} target sends${restarts > 0 ? `, bpftrace restarted ${restarts}×` : ""}`;
+          agent = null;
+          await running.stop();
+        }
+        process.stderr.write(
+          `[${phase}/${phases}] round ${round + 1} ${config.label.padEnd(15)} send ${t.sendNs.toFixed(0)} recv ${t.recvCpuNs.toFixed(0)} ` +
+            `other ${o.toFixed(0)} file ${f.toFixed(0)} ns/op${note}\n`,
+        );
+      }
+    }
+
+    out(table.render());
+    out();
+    for (const config of CONFIGURATIONS) {
+      const seen = counted.get(config.key);
+      if (!seen) continue;
+      const short = seen.filter((n) => n < expectedCount).length;
+      out(
+        short === 0
+          ? `check:    ${config.label}: the agent counted all ${expectedCount} target sends (timed, warm-up, header) in every round`
+          : `check:    ${config.label}: the agent counted fewer than ${expectedCount} target sends in ${short} of ${seen.length} rounds (${seen.join(", ")}): the target path was not measured there`,
+      );
+    }
+    out(
+      foreign.length === 0
+        ? "check:    no other bpftrace ran on the machine during any phase"
+        : `warning:  other bpftrace processes ran during ${foreign.length} of ${phases} phases, adding their cost:\n          ${foreign.join("\n          ")}`,
+    );
+    if (restarted.length > 0) out(`warning:  the agent restarted bpftrace during a phase (probe briefly detached): ${restarted.join("; ")}`);
+    out(`load:     ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (1/5/15 min, at end); took ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  } catch (err) {
+    if (interrupted) return;
+    process.stderr.write(`bench: ${(err as Error).message}\n`);
+    process.exitCode = 1;
+  } finally {
+    if (!interrupted) await teardown();
+  }
+}
+
+await main();
