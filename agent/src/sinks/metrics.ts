@@ -29,7 +29,7 @@ export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
 
 /** Keeps a label value inside its closed set. */
 export function closed<T extends readonly string[]>(set: T, value: string): T[number] | "other" {
-  return (set as readonly string[]).includes(value) ? (value as T[number]) : "other";
+  return (set as readonly string[]).includes(value) ? (value) : "other";
 }
 
 const workload = ["namespace", "pod", "container", "process"] as const;

@@ -126,7 +126,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
       const media = MEDIA_TYPES[mediaType as MediaType];
       let spans: IndexedSpan[];
       try {
-        spans = decodeTraceBody(mediaType as MediaType, body.decoded, req.socket.remoteAddress ?? null);
+        spans = decodeTraceBody(mediaType, body.decoded, req.socket.remoteAddress ?? null);
       } catch (err) {
         reject(res, 400, "malformed", `malformed OTLP ${mediaType}: ${describe(err)}`);
         return;

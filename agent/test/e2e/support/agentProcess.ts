@@ -63,7 +63,7 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
   const events: LossEvent[] = [];
   const stderr: string[] = [];
   let buffered = "";
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
     buffered += chunk;
     let nl: number;
     while ((nl = buffered.indexOf("\n")) !== -1) {
@@ -72,7 +72,7 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
       if (line.trim()) events.push(JSON.parse(line) as LossEvent);
     }
   });
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => stderr.push(...chunk.split("\n").filter(Boolean)));
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => stderr.push(...chunk.split("\n").filter(Boolean)));
   const url = `http://127.0.0.1:${port}`;
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const deadline = Date.now() + 90_000;
