@@ -1,0 +1,258 @@
+// `lostwrite demo`: the whole system on one machine. The testbed apiserver,
+// two sample operators (one swallows failed status writes, one handles
+// them), the agent with real probes on both, and a fault script covering
+// every loss cause the operators can show. Detections appear as they
+// happen; at the end each injected fault is paired with its detection, and
+// the exit code says whether they agree. Teardown always runs, also on
+// Ctrl-C and on errors.
+import { existsSync, mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { z } from "zod";
+import type { FaultRecord } from "../../../testbed/apiserver/faults.ts";
+import { loadScenario, type Rule } from "../../../testbed/apiserver/scenario.ts";
+import type { LossEvent } from "../model.ts";
+import { shouldColor } from "../tail.ts";
+import { identifiedRules, runFaultScript, targetedOperators } from "./faultScript.ts";
+import { missingForDemo } from "./requirements.ts";
+import { Screen } from "./screen.ts";
+import { startStack, type DemoStack } from "./stack.ts";
+import { expectedDetections, matchDetections, type DemoOperator, type MatchResult } from "./summary.ts";
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+export const DEFAULT_SCENARIO = path.join(repoRoot, "testbed/scenarios/demo.yaml");
+export const SHIPPED_RECORDING = "recordings/demo.jsonl";
+const CORRELATION_WINDOW_MS = 3000;
+
+const durationMs = z
+  .string()
+  .regex(/^\d+(\.\d+)?(ms|s|m)$/, "expected a duration like 30s, 1m or 500ms")
+  .transform((text) => {
+    const value = Number.parseFloat(text);
+    return text.endsWith("ms") ? value : text.endsWith("s") ? value * 1000 : value * 60_000;
+  });
+
+const optionsSchema = z.object({
+  duration: durationMs.optional(),
+  keepRunning: z.boolean().optional(),
+  scenario: z.string().min(1).optional(),
+  record: z.string().min(1).optional(),
+  listen: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]+):\d{1,5}$/, "expected ADDR:PORT").default("127.0.0.1:9470"),
+});
+type DemoOptions = z.output<typeof optionsSchema>;
+
+const FLAG_OF: Record<string, string> = { duration: "--duration", keepRunning: "--keep-running", scenario: "--scenario", record: "--record", listen: "--listen" };
+
+/** Validates the command's options; the error names the flag and the value. */
+export function parseDemoOptions(opts: Record<string, unknown>): DemoOptions {
+  const result = optionsSchema.safeParse(opts);
+  if (result.success) return result.data;
+  throw new Error(
+    result.error.issues
+      .map((issue) => {
+        const key = String(issue.path[0] ?? "");
+        return `${FLAG_OF[key] ?? key} ${JSON.stringify(opts[key])}: ${issue.message}`;
+      })
+      .join("; "),
+  );
+}
+
+export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.WritableStream = process.stdout): Promise<number> {
+  const print = (text = ""): void => void out.write(text + "\n");
+  let opts: DemoOptions;
+  let rules: (Rule & { id: string })[];
+  try {
+    opts = parseDemoOptions(rawOpts);
+    const scenarioFile = opts.scenario ?? DEFAULT_SCENARIO;
+    const scenario = await loadScenario(scenarioFile);
+    rules = identifiedRules(scenario);
+    if (rules.length === 0) throw new Error(`${scenarioFile}: the scenario has no rules`);
+  } catch (err) {
+    process.stderr.write(`lostwrite demo: ${(err as Error).message}\n`);
+    return 2;
+  }
+
+  const missing = await missingForDemo();
+  if (missing.length > 0) {
+    print("lostwrite demo needs the real kernel probes, and this machine is missing:");
+    for (const m of missing) print(`  - ${m.what}\n      fix: ${m.fix}`);
+    print();
+    const recording = path.join(repoRoot, SHIPPED_RECORDING);
+    if (existsSync(recording)) {
+      print("The same story from a recorded demo session needs neither root nor bpftrace:");
+      print(`  node_modules/.bin/node agent/src/cli.ts replay ${SHIPPED_RECORDING}`);
+    }
+    return 1;
+  }
+
+  const screen = new Screen(out, { color: shouldColor(out), live: (out as { isTTY?: boolean }).isTTY === true });
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-demo-"));
+  const stop = new AbortController();
+  const onSigint = (): void => {
+    if (stop.signal.aborted) return;
+    screen.line(screen.style("yellow", "interrupted: stopping"));
+    stop.abort();
+  };
+  process.on("SIGINT", onSigint);
+  process.on("SIGTERM", onSigint);
+
+  let stack: DemoStack | undefined;
+  try {
+    screen.line(screen.style("bold", "lostwrite demo") + ": testbed apiserver, two sample operators, the agent with real probes");
+    screen.line(`  logs (agent, operators): ${path.join(dir, "demo.log")}`);
+    const started = Date.now();
+    stack = await startStack({
+      dir,
+      listen: opts.listen,
+      correlationWindowMs: CORRELATION_WINDOW_MS,
+      ...(opts.record !== undefined ? { record: path.resolve(opts.record) } : {}),
+      onStep: (what) => screen.line(`  starting ${what}`),
+    });
+    if (stop.signal.aborted) return 130;
+    const metricsUrl = `http://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}`;
+    screen.line(`  ready in ${((Date.now() - started) / 1000).toFixed(1)} s, probe variant ${stack.agent.variant}`);
+    for (const op of stack.operators) {
+      screen.line(`  operator ${op.mode.padEnd(7)} pid ${op.pid}, namespace ${op.namespace}: ${op.mode === "swallow" ? "logs a failed status write and reports success" : "returns the error and retries"}`);
+    }
+    screen.line(`  agent: ${metricsUrl}/metrics   events: ws://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}/events`);
+    screen.line();
+
+    const events: LossEvent[] = [];
+    const records: FaultRecord[] = [];
+    stack.agent.onLoss((event) => {
+      events.push(event);
+      screen.detection(event);
+    });
+    stack.apiserver.control.onFault((record) => {
+      records.push(record);
+      screen.injected(record);
+    });
+
+    screen.startScript(rules.length);
+    const live = stack;
+    await runFaultScript(stack, rules, {
+      durationMs: opts.duration ?? Number.POSITIVE_INFINITY,
+      signal: stop.signal,
+      onStep: ({ index, rule, state }) => {
+        if (state === "started") {
+          const targets = targetedOperators(rule, live.operators).map((op) => `${op.mode} operator`);
+          screen.stepStarted(index, rule.id, rule.action, targets.length > 0 ? `→ ${targets.join(", ")}` : `→ ${rule.method ?? "*"} ${rule.path}`);
+        } else if (state === "skipped") {
+          screen.line(`        ${rule.id}: skipped (starts at ${rule.at} ms, past --duration)`);
+          screen.stepDone();
+        } else {
+          if (state === "not-fired") screen.line(screen.style("yellow", `        ${rule.id}: no request matched within the step`));
+          screen.stepDone();
+        }
+      },
+    });
+    // --duration longer than the script: the system stays up for the rest of it.
+    if (opts.duration !== undefined) await sleep(started + opts.duration - Date.now(), stop.signal);
+
+    const operators: DemoOperator[] = stack.operators.map(({ mode, namespace, pid }) => ({ mode, namespace, pid }));
+    const byId = new Map<string, Rule>(rules.map((rule) => [rule.id, rule]));
+    const expected = (): ReturnType<typeof expectedDetections> => expectedDetections(records, byId, operators);
+    // Wait for detections: every expected one, and a full correlation window after the last fault for any extra.
+    const lastFaultMs = records.length > 0 ? Date.parse(records[records.length - 1]!.time) : Date.now();
+    const quietUntil = lastFaultMs + CORRELATION_WINDOW_MS + 1500;
+    const giveUpAt = Date.now() + CORRELATION_WINDOW_MS + 10_000;
+    while (!stop.signal.aborted && Date.now() < giveUpAt) {
+      if (Date.now() >= quietUntil && matchDetections(expected(), events, operators).missed.length === 0) break;
+      await sleep(200, stop.signal);
+    }
+    if (stop.signal.aborted) return 130;
+
+    screen.finish();
+    const result = matchDetections(expected(), events, operators);
+    printSummary(screen, result, records, rules);
+
+    if (opts.record !== undefined && !existsSync(opts.record)) {
+      screen.line(screen.style("yellow", `note: --record ${opts.record} was not written by this agent build`));
+    }
+    if (opts.keepRunning === true) {
+      screen.line();
+      screen.line(`still running (Ctrl-C stops): ${metricsUrl}/metrics   ${metricsUrl}/healthz   ws://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}/events`);
+      screen.line(`  e.g. curl -s ${metricsUrl}/metrics | grep lostwrite_status_write_lost_total`);
+      screen.line(`       node_modules/.bin/node agent/src/cli.ts tail ws://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}/events --since 2000-01-01T00:00:00Z`);
+      await new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve(), { once: true }));
+    }
+    return result.agree ? 0 : 1;
+  } catch (err) {
+    screen.finish();
+    process.stderr.write(`lostwrite demo: ${(err as Error).message}\n  logs: ${path.join(dir, "demo.log")}\n`);
+    return 1;
+  } finally {
+    process.off("SIGINT", onSigint);
+    process.off("SIGTERM", onSigint);
+    if (stack !== undefined) {
+      await stack.close();
+      screen.line(screen.style("dim", "stopped: operators, agent and testbed apiserver"));
+    }
+  }
+}
+
+function printSummary(screen: Screen, result: MatchResult, records: readonly FaultRecord[], rules: readonly (Rule & { id: string })[]): void {
+  screen.line();
+  screen.line(screen.style("bold", "detections by cause"));
+  for (const row of screen.causeTable()) screen.line(`  ${row}`);
+  screen.line();
+  screen.line(screen.style("bold", "expected vs detected"));
+  const ok = screen.style("green", "✔");
+  const bad = screen.style("red", "✘");
+  const rows = [
+    ...result.matched.map((m) => ({ seq: m.expected.faultSeq, time: m.expected.timeMs, text: matchedLine(m, ok, bad, screen) })),
+    ...result.missed.map((e) => ({
+      seq: e.faultSeq,
+      time: e.timeMs,
+      text: `${bad} ${e.rule.padEnd(18)} ${e.cause.padEnd(28)} ${e.operator ?? "-"}: ${screen.style("red", "MISSED")} (expected noticed=${e.noticed}; ${e.why})`,
+    })),
+  ].sort((a, b) => a.time - b.time || a.seq - b.seq);
+  for (const row of rows) screen.line(`  ${row.text}`);
+  for (const event of result.invented) {
+    screen.line(`  ${bad} ${"(no fault)".padEnd(18)} ${event.cause.padEnd(28)} ${screen.style("red", "INVENTED")} pid ${event.pid ?? "-"} at ${event.time}`);
+  }
+  const harmless = records.filter((r) => r.expect?.cause === undefined && !rules.some((rule) => rule.id === r.rule && rule.action === "refuse"));
+  for (const record of harmless) screen.line(`  ${ok} ${record.rule.padEnd(18)} ${"(no loss expected)".padEnd(28)} ${record.detail}: none detected`);
+
+  const expectedCount = result.matched.length + result.missed.length;
+  const wrongNoticed = result.matched.filter((m) => !m.noticedAgrees).length;
+  screen.line();
+  if (result.agree) {
+    screen.line(screen.style(["bold", "green"], `result: ${records.length} faults injected, every expected loss detected exactly once (${result.matched.length} of ${expectedCount}), none missed, none invented`));
+  } else {
+    screen.line(
+      screen.style(
+        ["bold", "red"],
+        `result: DISAGREE: ${records.length} faults injected, ${result.matched.length} of ${expectedCount} expected losses detected, ${result.missed.length} missed, ${result.invented.length} invented, ${wrongNoticed} with the wrong noticed`,
+      ),
+    );
+  }
+}
+
+function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string, screen: Screen): string {
+  const e = m.event;
+  const noticed = e.noticed === "no" ? screen.style(["bold", "red"], "SILENT ") : `noticed=${e.noticed}`;
+  const verdict = m.noticedAgrees ? ok : bad;
+  const wrong = m.noticedAgrees ? "" : screen.style("red", ` (expected noticed=${m.expected.noticed})`);
+  const request = e.request?.method != null ? `${e.request.method} ${e.request.path?.replace(/^.*\/namespaces\//, "…/") ?? ""}` : "request unknown";
+  const after = ((Date.parse(e.time) - m.expected.timeMs) / 1000).toFixed(2);
+  return `${verdict} ${m.expected.rule.padEnd(18)} ${m.expected.cause.padEnd(28)} ${noticed}${wrong}  ${e.process ?? "-"}[${e.pid ?? "-"}] ${request}  (${after} s after)`;
+}
+
+function hostForUrl(host: string): string {
+  return host.includes(":") ? `[${host}]` : host;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted || ms <= 0) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}

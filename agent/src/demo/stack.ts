@@ -1,0 +1,204 @@
+// The demo's running system: the testbed apiserver, two sample operators as
+// real child processes (one that swallows status-write errors, one that
+// handles them), and the agent in this process with real probes on both.
+// Start-up is ordered and whatever started is torn down on failure; close()
+// always runs every step, in reverse.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, type WriteStream } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
+import { loadConfig } from "../config.ts";
+import { startAgent, type RunningAgent } from "../pipeline.ts";
+import { createLogger } from "../sinks/log.ts";
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+const OPERATOR_MAIN = path.join(repoRoot, "testbed/operator/main.ts");
+
+export const WIDGETS = "demo.lostwrite.dev/v1/widgets";
+export const WIDGETS_PER_OPERATOR = 3;
+
+export type OperatorMode = "correct" | "swallow";
+
+/** One sample operator, owning one namespace so a fault rule's path picks the operator. */
+export interface OperatorSpec {
+  mode: OperatorMode;
+  namespace: string;
+}
+
+export const DEMO_OPERATORS: readonly OperatorSpec[] = [
+  { mode: "swallow", namespace: "silent" },
+  { mode: "correct", namespace: "careful" },
+];
+
+export interface RunningOperator extends OperatorSpec {
+  pid: number;
+  child: ChildProcess;
+}
+
+export interface DemoStack {
+  dir: string;
+  /** The agent's and the operators' log lines (JSON), kept off the terminal. */
+  logPath: string;
+  apiserver: Apiserver;
+  operators: RunningOperator[];
+  agent: RunningAgent;
+  /** Changes a widget's spec (a new generation), so its operator writes status. */
+  bumpWidget(namespace: string, name: string): void;
+  close(): Promise<void>;
+}
+
+export interface StackOptions {
+  dir: string;
+  /** The agent's /metrics and /events address, ADDR:PORT. */
+  listen: string;
+  record?: string;
+  correlationWindowMs: number;
+  /** Told when a step of start-up begins, for the screen. */
+  onStep?: (text: string) => void;
+}
+
+export function widgetName(index: number): string {
+  return `widget-${index + 1}`;
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Spawns an operator and waits for its "started" line (its informer has listed). */
+async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: number, logFile: WriteStream): Promise<RunningOperator> {
+  const child = spawn(
+    process.execPath,
+    [
+      OPERATOR_MAIN,
+      "--kubeconfig", kubeconfig,
+      "--mode", spec.mode,
+      "--namespace", spec.namespace,
+      // One worker: one status write in flight at a time, so one fault hits one request.
+      "--workers", "1",
+      // The correct operator retries 300 ms after a failure, then 600 ms, ...: one retry
+      // falls inside the demo's 700 ms outage, the next one after it.
+      "--backoff-base-ms", "300",
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: {
+        ...process.env,
+        OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${otlpPort}`,
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf",
+        OTEL_SERVICE_NAME: `widget-operator-${spec.mode}`,
+        OTEL_BSP_SCHEDULE_DELAY: "100",
+      },
+    },
+  );
+  const prefix = `operator ${spec.mode}: `;
+  let buffered = "";
+  const started = new Promise<number>((resolve, reject) => {
+    child.once("error", reject);
+    child.once("exit", (code, signal) => reject(new Error(`the ${spec.mode} operator exited (${signal ?? `code ${code}`}) before it started; see ${logFile.path as string}`)));
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      logFile.write(chunk.split("\n").filter(Boolean).map((line) => prefix + line + "\n").join(""));
+      buffered += chunk;
+      if (buffered.includes('"msg":"started"')) resolve(child.pid!);
+    });
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => logFile.write(prefix + chunk));
+  });
+  const timeout = setTimeout(() => child.kill("SIGKILL"), 20_000);
+  try {
+    const pid = await started;
+    return { ...spec, pid, child };
+  } finally {
+    clearTimeout(timeout);
+  }
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), 2000);
+  await exited;
+  clearTimeout(timer);
+}
+
+export async function startStack(opts: StackOptions): Promise<DemoStack> {
+  const step = opts.onStep ?? (() => undefined);
+  const logPath = path.join(opts.dir, "demo.log");
+  const logFile = createWriteStream(logPath, { flags: "a" });
+  const log = createLogger(logFile);
+  const teardown: (() => Promise<void> | void)[] = [];
+  const close = async (): Promise<void> => {
+    for (const stepFn of teardown.reverse().splice(0)) {
+      try {
+        await stepFn();
+      } catch (err) {
+        log.warn("demo teardown step failed", { error: String(err) });
+      }
+    }
+    await new Promise<void>((resolve) => logFile.end(() => resolve()));
+  };
+
+  try {
+    step("testbed apiserver");
+    const apiserver = await startApiserver({ dir: opts.dir });
+    teardown.push(() => apiserver.close());
+    for (const { namespace } of DEMO_OPERATORS) {
+      for (let i = 0; i < WIDGETS_PER_OPERATOR; i++) {
+        apiserver.store.commit(WIDGETS, {
+          apiVersion: "demo.lostwrite.dev/v1",
+          kind: "Widget",
+          metadata: { namespace, name: widgetName(i), generation: 1 },
+          spec: { size: 1 },
+        });
+      }
+    }
+
+    step("sample operators");
+    const otlpPort = await freePort();
+    const operators: RunningOperator[] = [];
+    teardown.push(() => Promise.all(operators.map((op) => stopChild(op.child))).then(() => undefined));
+    for (const spec of DEMO_OPERATORS) operators.push(await startOperator(spec, apiserver.kubeconfigPath, otlpPort, logFile));
+
+    step("agent (compiling the bpftrace probe)");
+    const config = loadConfig([
+      {
+        name: "demo",
+        values: {
+          "target-pid": operators.map((op) => op.pid),
+          apiserver: [`${apiserver.host}:${apiserver.port}`],
+          listen: opts.listen,
+          "otlp-listen": `127.0.0.1:${otlpPort}`,
+          "correlation-window": `${opts.correlationWindowMs}ms`,
+          "node-name": "demo",
+          ...(opts.record !== undefined ? { record: opts.record } : {}),
+        },
+      },
+    ]);
+    const agent = await startAgent(config, log, { eventLog: null });
+    teardown.push(() => agent.close());
+
+    const bumpWidget = (namespace: string, name: string): void => {
+      const current = apiserver.store.get(WIDGETS, namespace, name);
+      if (current === undefined) return;
+      const spec = (current as { spec?: { size?: number } }).spec ?? {};
+      apiserver.store.commit(WIDGETS, {
+        ...current,
+        metadata: { ...current.metadata, generation: (current.metadata.generation ?? 1) + 1 },
+        spec: { ...spec, size: (spec.size ?? 0) + 1 },
+      });
+    };
+    return { dir: opts.dir, logPath, apiserver, operators, agent, bumpWidget, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
