@@ -7,6 +7,7 @@
 // intake, then the probe) and teardown always runs, in reverse. Stages talk
 // through bounded queues whose drops are counted.
 import type http from "node:http";
+import { execa } from "execa";
 import type { Config } from "./config.ts";
 import type { LossEvent, ProcessIdentity } from "./model.ts";
 import { Correlator } from "./correlate/correlator.ts";
@@ -43,6 +44,16 @@ export interface RunningAgent {
   close(): Promise<void>;
 }
 
+/** "0.17.0" from "bpftrace v0.17.0"; "unknown" when it cannot be run (start-up then fails with the reason). */
+async function readBpftraceVersion(bpftrace: string): Promise<string> {
+  try {
+    const { stdout } = await execa(bpftrace, ["--version"]);
+    return /v?(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
 function hostPort(value: string): { host: string; port: number } {
   const i = value.lastIndexOf(":");
   return { host: value.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(value.slice(i + 1)) };
@@ -56,8 +67,9 @@ export interface StartOptions {
 export async function startAgent(config: Config, log: Logger, options: StartOptions = {}): Promise<RunningAgent> {
   const metrics = new AgentMetrics();
   const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
-  metrics.probeInfo.set({ variant, bpftrace_version: "" }, 1);
-  log.info("probe variant chosen", { variant });
+  const bpftraceVersion = await readBpftraceVersion(config.bpftrace);
+  metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion }, 1);
+  log.info("probe variant chosen", { variant, bpftrace: bpftraceVersion });
 
   // --- build every stage -------------------------------------------------
   const clock = new MonotonicClock();

@@ -32,3 +32,27 @@ describe("probe programs", { skip: skipWithoutKernel() }, () => {
     });
   }
 });
+
+describe("lostwrite probe and doctor", { skip: skipWithoutKernel() }, () => {
+  const cli = (args: string[]) =>
+    spawnSync(path.resolve("node_modules/.bin/node"), [path.resolve("agent/src/cli.ts"), ...args], { encoding: "utf8" });
+
+  it("prints the rendered program for the given targets and endpoints", () => {
+    assertKernelRequirements();
+    const result = cli(["probe", "--target-pid", String(process.pid), "--apiserver", "10.96.0.1:443", "--apiserver", "[fd00::1]:6443"]);
+    assert.equal(result.status, 0, result.stderr);
+    assert.match(result.stdout, new RegExp(`@targets\\[\\(uint64\\)${process.pid}\\] = 1;`));
+    assert.match(result.stdout, /@api4\[\(uint64\)16801802, \(uint64\)443\] = 1; \/\/ 10\.96\.0\.1:443/);
+    assert.match(result.stdout, /@api6\[.*\(uint64\)6443\] = 1; \/\/ \[fd00::1\]:6443/);
+    assert.match(result.stdout, /tracepoint:sock:sock_send_length/);
+  });
+
+  it("doctor passes on this machine and names each check", () => {
+    assertKernelRequirements();
+    const result = cli(["doctor"]);
+    assert.equal(result.status, 0, result.stdout);
+    for (const check of ["tracefs", "BTF", "bpftrace", "probe variant", "capabilities", "cgroup layout"]) {
+      assert.match(result.stdout, new RegExp(`^ok\\s+${check}`, "m"));
+    }
+  });
+});
