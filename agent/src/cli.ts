@@ -135,4 +135,27 @@ program
     });
   });
 
+program
+  .command("demo")
+  .description("the whole system on one machine: testbed apiserver, sample operator, agent with real probes, a fault script")
+  .option("--duration <duration>", "how long the fault script runs")
+  .option("--keep-running", "leave everything up after the script, to browse /metrics")
+  .option("--scenario <file>", "a fault scenario file instead of the built-in one")
+  .option("--record <file>", "record the session for `lostwrite replay`")
+  .option("--listen <addr:port>", "the agent's /metrics, /events", "127.0.0.1:9470")
+  .action(async (opts: Record<string, unknown>) => {
+    const { runDemo } = await import("./demo/runDemo.ts");
+    process.exitCode = await runDemo(opts);
+  });
+
+program
+  .command("replay")
+  .description("run the pipeline from a --record file: no root, no bpftrace")
+  .argument("<file>", "a file written by --record")
+  .option("--json", "print loss events as JSON lines (default: one readable line each)")
+  .action(async (file: string, opts: { json?: boolean }) => {
+    const { runReplay } = await import("./replay.ts");
+    process.exitCode = await runReplay(file, { json: Boolean(opts.json), out: process.stdout });
+  });
+
 await program.parseAsync(process.argv);
