@@ -9,17 +9,27 @@ export interface Missing {
   fix: string;
 }
 
-// The doctor's checks the demo cannot run without.
-const NEEDED = new Set(["tracefs", "BTF", "bpftrace", "probe variant"]);
-
 export async function missingForDemo(bpftrace = "bpftrace"): Promise<Missing[]> {
   const missing: Missing[] = [];
-  if (process.getuid?.() !== 0) {
-    missing.push({ what: "not running as root: bpftrace needs root to load its probes", fix: "run it with sudo: sudo node_modules/.bin/node agent/src/cli.ts demo" });
+  const root = process.getuid?.() === 0;
+  if (!root) {
+    missing.push({
+      what: "not running as root: bpftrace needs root to load its probes",
+      fix: "sudo node_modules/.bin/node agent/src/cli.ts demo",
+    });
   }
-  for (const check of await collectChecks(bpftrace)) {
-    if (check.ok || !NEEDED.has(check.name)) continue;
-    missing.push({ what: `${check.name}: ${check.detail}`, fix: check.fix ?? "see `lostwrite doctor`" });
+  const checks = new Map((await collectChecks(bpftrace)).map((check) => [check.name, check]));
+  const report = (name: string, fallbackFix: string): boolean => {
+    const check = checks.get(name);
+    if (check === undefined || check.ok) return true;
+    missing.push({ what: `${name}: ${check.detail}`, fix: check.fix ?? fallbackFix });
+    return false;
+  };
+  report("bpftrace", "apt-get install bpftrace");
+  // Without root, tracefs and the tracepoints under it may just be unreadable: no verdict on them.
+  if (root && report("tracefs", "mount -t tracefs nodev /sys/kernel/tracing")) {
+    report("BTF", "a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+    report("probe variant", "lostwrite doctor");
   }
   return missing;
 }
