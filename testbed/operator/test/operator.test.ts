@@ -27,7 +27,7 @@ function flatten(attributes: { key: string; value: OtlpValue }[] = []): Record<s
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function until<T>(what: string, probe: () => T | undefined, timeoutMs = 8000): Promise<T> {
+async function until<T>(what: string, probe: () => T | undefined, timeoutMs = 20_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = probe();
@@ -74,7 +74,7 @@ before(async () => {
     child.all.on("data", (chunk: Buffer) => { logs[mode] += chunk.toString(); });
     operators.push(child);
   }
-  await until("all operators to start", () => MODES.every((mode) => logs[mode]?.includes('"msg":"started"')), 15_000);
+  await until("all operators to start", () => MODES.every((mode) => logs[mode]?.includes('"msg":"started"')), 60_000);
 });
 
 after(async () => {
