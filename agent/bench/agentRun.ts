@@ -11,6 +11,8 @@ import { fileURLToPath } from "node:url";
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const READY_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 10_000;
+/** USER_HZ: /proc reports CPU time in these ticks; 100 on every Linux architecture Node supports. */
+const CLOCK_TICKS_PER_SECOND = 100;
 
 export async function freePort(): Promise<number> {
   const server = net.createServer();
@@ -69,6 +71,18 @@ export function bpftracePids(): number[] {
     .filter((pid) => liveComm(pid) === "bpftrace");
 }
 
+/** CPU seconds (user + system) a process has used so far, 0 once it is gone. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the comm's closing ")": state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
 export interface AgentRun {
   child: ChildProcess;
   /** bpftrace processes the agent started. */
@@ -77,6 +91,8 @@ export interface AgentRun {
   countedWrites(): Promise<number>;
   /** Sum of lostwrite_probe_restarts_total. */
   restarts(): Promise<number>;
+  /** CPU seconds used so far by the agent and the processes it started (bpftrace). */
+  cpuSeconds(): number;
   stop(): Promise<void>;
 }
 
@@ -141,6 +157,7 @@ export async function startAgentRun(opts: { targetPid: number; apiserver: string
     bpftrace,
     countedWrites: () => metricSum(url, "lostwrite_apiserver_writes_total"),
     restarts: () => metricSum(url, "lostwrite_probe_restarts_total"),
+    cpuSeconds: () => [child.pid!, ...descendants(child.pid!)].reduce((sum, pid) => sum + cpuSeconds(pid), 0),
     stop,
   };
 }

@@ -1,7 +1,7 @@
-// The benchmark's numbers: one ns/op sample per (operation, configuration,
-// round), summarised against the baseline configuration of the same round.
-// Pairing by round matters on a shared machine: the load drifts between
-// rounds far more than it does within one.
+// The benchmark's numbers: one sample per (operation, configuration, round)
+// on each clock, summarised against the baseline configuration of the same
+// round. Pairing by round matters on a shared machine: the load drifts
+// between rounds far more than within one.
 
 export function median(values: number[]): number {
   if (values.length === 0) return Number.NaN;
@@ -15,8 +15,16 @@ export interface Column {
   label: string;
 }
 
+/** ns per operation on each clock; wall is null where only CPU time means anything (a reader that blocks). */
+export interface Sample {
+  wallNs: number | null;
+  cpuNs: number;
+}
+
+type Clock = "wallNs" | "cpuNs";
+
 export class CostTable {
-  readonly #samples = new Map<string, Map<number, number>>();
+  readonly #samples = new Map<string, Map<number, Sample>>();
   readonly #operations: Column[];
   readonly #configurations: Column[];
   readonly #baseline: string;
@@ -27,52 +35,56 @@ export class CostTable {
     this.#baseline = baseline;
   }
 
-  record(operation: string, configuration: string, round: number, nsPerOp: number): void {
+  record(operation: string, configuration: string, round: number, sample: Sample): void {
     const key = `${operation}\u0000${configuration}`;
     let byRound = this.#samples.get(key);
-    if (!byRound) this.#samples.set(key, (byRound = new Map<number, number>()));
-    byRound.set(round, nsPerOp);
+    if (!byRound) this.#samples.set(key, (byRound = new Map<number, Sample>()));
+    byRound.set(round, sample);
   }
 
-  #rounds(operation: string, configuration: string): Map<number, number> {
-    return this.#samples.get(`${operation}\u0000${configuration}`) ?? new Map<number, number>();
+  #rounds(operation: string, configuration: string): Map<number, Sample> {
+    return this.#samples.get(`${operation}\u0000${configuration}`) ?? new Map<number, Sample>();
   }
 
-  /** One line per operation × configuration: median, range, added ns and ratio against the baseline. */
+  /** Median, added ns and ratio of one clock; added and ratio are medians of per-round pairs with the baseline. */
+  #summary(operation: string, configuration: string, clock: Clock): { median: string; range: string; added: string; ratio: string } {
+    const base = this.#rounds(operation, this.#baseline);
+    const values: number[] = [];
+    const diffs: number[] = [];
+    const ratios: number[] = [];
+    for (const [round, sample] of this.#rounds(operation, configuration)) {
+      const value = sample[clock];
+      if (value === null) continue;
+      values.push(value);
+      const b = base.get(round)?.[clock];
+      if (b === undefined || b === null) continue;
+      diffs.push(value - b);
+      ratios.push(value / b);
+    }
+    if (values.length === 0) return { median: "—", range: "—", added: "—", ratio: "—" };
+    const isBase = configuration === this.#baseline;
+    return {
+      median: median(values).toFixed(0),
+      range: `${Math.min(...values).toFixed(0)}–${Math.max(...values).toFixed(0)}`,
+      added: isBase ? "—" : signed(median(diffs)),
+      ratio: isBase ? "1.00" : median(ratios).toFixed(2),
+    };
+  }
+
+  /** One line per operation × configuration, wall clock then CPU clock. */
   render(): string {
-    const header = ["operation", "configuration", "median ns/op", "min–max", "added ns", "ratio"];
+    const header = ["operation", "configuration", "wall ns/op", "min–max", "added", "ratio", "CPU ns/op", "min–max", "added", "ratio"];
     const rows: string[][] = [];
     for (const op of this.#operations) {
-      const base = this.#rounds(op.key, this.#baseline);
       for (const config of this.#configurations) {
-        const samples = this.#rounds(op.key, config.key);
-        const values = [...samples.values()];
-        if (values.length === 0) continue;
-        // Added ns and ratio are medians of per-round differences: each round's
-        // sample against the baseline measured in that same round.
-        const diffs: number[] = [];
-        const ratios: number[] = [];
-        for (const [round, value] of samples) {
-          const b = base.get(round);
-          if (b === undefined) continue;
-          diffs.push(value - b);
-          ratios.push(value / b);
-        }
-        const isBase = config.key === this.#baseline;
-        rows.push([
-          op.label,
-          config.label,
-          median(values).toFixed(0),
-          `${Math.min(...values).toFixed(0)}–${Math.max(...values).toFixed(0)}`,
-          isBase ? "—" : signed(median(diffs)),
-          isBase ? "1.00" : median(ratios).toFixed(2),
-        ]);
+        if (this.#rounds(op.key, config.key).size === 0) continue;
+        const wall = this.#summary(op.key, config.key, "wallNs");
+        const cpu = this.#summary(op.key, config.key, "cpuNs");
+        rows.push([op.label, config.label, wall.median, wall.range, wall.added, wall.ratio, cpu.median, cpu.range, cpu.added, cpu.ratio]);
       }
     }
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-    const numeric = new Set([2, 3, 4, 5]);
-    const line = (cells: string[]): string =>
-      cells.map((c, i) => (numeric.has(i) ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join("  ").trimEnd();
+    const line = (cells: string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ").trimEnd();
     const out = [line(header), widths.map((w) => "-".repeat(w)).join("  ")];
     let previous = "";
     for (const row of rows) {

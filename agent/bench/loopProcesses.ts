@@ -7,6 +7,12 @@ import { fileURLToPath } from "node:url";
 
 const SOURCE = path.join(path.dirname(fileURLToPath(import.meta.url)), "probeCostLoop.c");
 
+/** The cost of one operation in ns: as the caller waits it (wall) and as its thread spent CPU on it. */
+export interface OpCost {
+  wallNs: number;
+  cpuNs: number;
+}
+
 /** Compiles probeCostLoop.c into `dir`; returns the binary's path. */
 export function compileLoops(dir: string): string {
   const binary = path.join(dir, "probeCostLoop");
@@ -88,12 +94,11 @@ export class SendLoop {
     const line = await this.process.nextLine();
     if (line !== "ready") throw new Error(`send loop: expected "ready", got ${JSON.stringify(line)}`);
   }
-  /** ns per send() (wall clock), and the server's CPU ns per recv() of the same messages. */
-  async run(iterations: number): Promise<{ sendNs: number; recvCpuNs: number }> {
+  /** ns per send() by the wall clock and the sender's CPU clock; the reader's CPU ns per recv() of the same messages. */
+  async run(iterations: number): Promise<{ send: OpCost; recvCpuNs: number }> {
     const line = await this.process.request(String(iterations));
-    const [sendNs, recvCpuNs] = line.split(" ").map(Number);
-    if (!Number.isFinite(sendNs) || !Number.isFinite(recvCpuNs)) throw new Error(`send loop: unexpected answer ${JSON.stringify(line)}`);
-    return { sendNs: sendNs!, recvCpuNs: recvCpuNs! };
+    const [wallNs, cpuNs, recvCpuNs] = numbers(line, 3, "send loop");
+    return { send: { wallNs: wallNs!, cpuNs: cpuNs! }, recvCpuNs: recvCpuNs! };
   }
 }
 
@@ -107,11 +112,15 @@ export class FileLoop {
     const line = await this.process.nextLine();
     if (line !== "ready") throw new Error(`file loop: expected "ready", got ${JSON.stringify(line)}`);
   }
-  /** ns per write() (wall clock). */
-  async run(iterations: number): Promise<number> {
-    const line = await this.process.request(String(iterations));
-    const ns = Number(line);
-    if (!Number.isFinite(ns)) throw new Error(`file loop: unexpected answer ${JSON.stringify(line)}`);
-    return ns;
+  /** ns per write() by the wall clock and the writer's CPU clock. */
+  async run(iterations: number): Promise<OpCost> {
+    const [wallNs, cpuNs] = numbers(await this.process.request(String(iterations)), 2, "file loop");
+    return { wallNs: wallNs!, cpuNs: cpuNs! };
   }
+}
+
+function numbers(line: string, count: number, who: string): number[] {
+  const values = line.split(" ").map(Number);
+  if (values.length !== count || !values.every(Number.isFinite)) throw new Error(`${who}: unexpected answer ${JSON.stringify(line)}`);
+  return values;
 }
