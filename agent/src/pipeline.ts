@@ -16,7 +16,14 @@ import { BoundedQueue } from "./boundedQueue.ts";
 import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
 import { startHttpServer } from "./sinks/httpServer.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
-import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, workloadLabels } from "./sinks/lossMetrics.ts";
+import {
+  BoundedLabel,
+  recordConnectionLoss,
+  recordLoss,
+  recordSocketEvent,
+  removePodSeries,
+  workloadLabels,
+} from "./sinks/lossMetrics.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { createTraceSink } from "./sinks/traces.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
@@ -89,7 +96,13 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     : null;
   const eventLogStream = options.eventLog === undefined ? process.stdout : options.eventLog;
   const eventLog = eventLogStream ? createEventLog(eventLogStream, { metrics }) : null;
-  const traceSink = createTraceSink({ enabled: Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), logger: log, metrics });
+  // Trace export follows the standard OTEL_* variables: on when an endpoint or
+  // an exporter is named, off when OTEL_TRACES_EXPORTER=none.
+  const env = process.env;
+  const tracesWanted =
+    env.OTEL_TRACES_EXPORTER !== "none" &&
+    Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_TRACES_EXPORTER);
+  const traceSink = createTraceSink({ enabled: tracesWanted, logger: log, metrics });
   let feed: EventFeed | undefined;
 
   const kube = config.kubernetes
@@ -122,6 +135,13 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         setTimeout(() => {
           for (const t of removed) void probe.forgetCounters(t.pid).then(() => counters.forget(t.pid));
         }, 2500).unref();
+      }
+      // A pod none of whose processes is watched any more: drop its series.
+      for (const t of removed) {
+        const { namespace, pod } = t.identity;
+        if (pod && !targets.pids().some((pid) => targets.identity(pid)?.identity.pod === pod && targets.identity(pid)?.identity.namespace === namespace)) {
+          await removePodSeries(metrics, namespace, pod);
+        }
       }
       if (added.length || removed.length) {
         log.info("targets changed", { added: added.map((t) => `${t.comm}[${t.pid}]`), removed: removed.map((t) => `${t.comm}[${t.pid}]`) });

@@ -66,3 +66,24 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
     noticed: closed(NOTICED, event.noticed),
   });
 }
+
+/**
+ * A pod that went away takes its series with it, so label sets stay bounded
+ * by the pods alive on the node, not by every pod the node ever ran.
+ */
+export async function removePodSeries(metrics: AgentMetrics, namespace: string, pod: string): Promise<void> {
+  const perWorkload = [
+    metrics.statusWriteLost,
+    metrics.syscallErrors,
+    metrics.writes,
+    metrics.writeBytes,
+    metrics.connectionLosses,
+    metrics.retransmits,
+  ];
+  for (const metric of perWorkload) {
+    const { values } = await metric.get();
+    for (const { labels } of values) {
+      if (labels.namespace === namespace && labels.pod === pod) metric.remove(labels as Record<string, string>);
+    }
+  }
+}
