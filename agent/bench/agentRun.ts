@@ -63,12 +63,23 @@ export function liveComm(pid: number): string | null {
   }
 }
 
-/** Every live bpftrace process on the machine. */
-export function bpftracePids(): number[] {
+/** bpftrace invocations that attach nothing: dry runs, listings, version and feature queries. */
+const NON_ATTACHING = new Set(["-d", "--dry-run", "-dd", "-l", "--version", "-V", "--info"]);
+
+/** Every live bpftrace process on the machine that may have probes attached. */
+export function attachedBpftracePids(): number[] {
   return readdirSync("/proc")
     .filter((name) => /^\d+$/.test(name))
     .map(Number)
-    .filter((pid) => liveComm(pid) === "bpftrace");
+    .filter((pid) => {
+      if (liveComm(pid) !== "bpftrace") return false;
+      try {
+        const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+        return !args.some((arg) => NON_ATTACHING.has(arg));
+      } catch {
+        return false;
+      }
+    });
 }
 
 /** CPU seconds (user + system) a process has used so far, 0 once it is gone. */

@@ -47,12 +47,13 @@ export class CostTable {
   }
 
   /** Median, added ns and ratio of one clock; added and ratio are medians of per-round pairs with the baseline. */
-  #summary(operation: string, configuration: string, clock: Clock): { median: string; range: string; added: string; ratio: string } {
+  #summary(operation: string, configuration: string, clock: Clock, rounds: Set<number>): { median: string; range: string; added: string; ratio: string } {
     const base = this.#rounds(operation, this.#baseline);
     const values: number[] = [];
     const diffs: number[] = [];
     const ratios: number[] = [];
     for (const [round, sample] of this.#rounds(operation, configuration)) {
+      if (!rounds.has(round)) continue;
       const value = sample[clock];
       if (value === null) continue;
       values.push(value);
@@ -71,15 +72,15 @@ export class CostTable {
     };
   }
 
-  /** One line per operation × configuration, wall clock then CPU clock. */
-  render(): string {
+  /** One line per operation × configuration, wall clock then CPU clock, from the given rounds. */
+  render(rounds: Set<number>): string {
     const header = ["operation", "configuration", "wall ns/op", "min–max", "added", "ratio", "CPU ns/op", "min–max", "added", "ratio"];
     const rows: string[][] = [];
     for (const op of this.#operations) {
       for (const config of this.#configurations) {
         if (this.#rounds(op.key, config.key).size === 0) continue;
-        const wall = this.#summary(op.key, config.key, "wallNs");
-        const cpu = this.#summary(op.key, config.key, "cpuNs");
+        const wall = this.#summary(op.key, config.key, "wallNs", rounds);
+        const cpu = this.#summary(op.key, config.key, "cpuNs", rounds);
         rows.push([op.label, config.label, wall.median, wall.range, wall.added, wall.ratio, cpu.median, cpu.range, cpu.added, cpu.ratio]);
       }
     }

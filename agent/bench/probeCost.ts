@@ -31,7 +31,9 @@
 // drifts between rounds). Below the table: whether the agent counted the
 // target's sends, how much CPU the agent itself used while the loops ran (on
 // 2 CPUs that is contention the loops feel too), and any other bpftrace that
-// ran on the machine during a phase (it adds its own cost to that phase).
+// ran on the machine during a phase. Such a bpftrace adds its own probes'
+// cost, so a phase first waits a while for it to finish, and a round in which
+// one ran anyway is left out of the table when at least one round was clean.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -39,7 +41,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { bpftracePids, descendants, sleep, startAgentRun, type AgentRun } from "./agentRun.ts";
+import { attachedBpftracePids, descendants, sleep, startAgentRun, type AgentRun } from "./agentRun.ts";
 import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 
@@ -56,6 +58,8 @@ Needs root, bpftrace and gcc.`;
 const SETTLE_MS = 500;
 /** Timed runs of each loop per phase; the fastest is kept. */
 const RUNS_PER_PHASE = 3;
+/** How long, over the whole run, phases may wait for someone else's bpftrace to finish. */
+const QUIET_WAIT_BUDGET_MS = 60_000;
 /** The probe's counts reach /metrics on its 1 s tick. */
 const COUNT_WAIT_MS = 3000;
 
@@ -113,6 +117,19 @@ function fastest(): { add(sample: Sample): void; readonly value: Sample } {
       return { wallNs, cpuNs };
     },
   };
+}
+
+/** Waits (at most budgetMs) until no other bpftrace runs; returns the ms waited. */
+async function waitForQuiet(budgetMs: number): Promise<number> {
+  const started = Date.now();
+  let pids = attachedBpftracePids();
+  if (pids.length === 0 || budgetMs <= 0) return 0;
+  process.stderr.write(`waiting for other bpftrace processes (pid ${pids.join(", ")}) to finish, at most ${(budgetMs / 1000).toFixed(0)} s\n`);
+  while (pids.length > 0 && Date.now() - started < budgetMs) {
+    await sleep(250);
+    pids = attachedBpftracePids();
+  }
+  return Date.now() - started;
 }
 
 function missingRequirements(): string[] {
@@ -211,6 +228,8 @@ async function main(): Promise<void> {
     const counted = new Map<string, number[]>();
     const foreign: string[] = [];
     const restarted: string[] = [];
+    const contaminated = new Set<number>();
+    let quietBudgetMs = QUIET_WAIT_BUDGET_MS;
     const agentCpu = new Map<string, number[]>();
     const phases = rounds * CONFIGURATIONS.length;
     let phase = 0;
@@ -219,6 +238,7 @@ async function main(): Promise<void> {
       for (let i = 0; i < CONFIGURATIONS.length; i++) {
         const config = CONFIGURATIONS[(round + i) % CONFIGURATIONS.length]!;
         phase++;
+        quietBudgetMs -= await waitForQuiet(quietBudgetMs);
         const phaseStarted = Date.now();
         if (config.variant) agent = await startAgentRun({ targetPid: target.process.pid, apiserver, variant: config.variant });
         const running = agent;
@@ -226,7 +246,7 @@ async function main(): Promise<void> {
         // Ours are whatever bpftrace the agent runs now (also after a restart).
         const others = (): number[] => {
           const ours = new Set([...(running?.bpftrace ?? []), ...(running ? descendants(running.child.pid ?? -1) : [])]);
-          return bpftracePids().filter((pid) => !ours.has(pid));
+          return attachedBpftracePids().filter((pid) => !ours.has(pid));
         };
         const othersBefore = others();
         await sleep(SETTLE_MS);
@@ -254,7 +274,10 @@ async function main(): Promise<void> {
         // What the agent itself (Node and bpftrace) took of the machine while the loops ran.
         const agentCpuShare = running ? (running.cpuSeconds() - agentCpuFrom) / ((Date.now() - timedFrom) / 1000) : 0;
         const othersDuring = [...new Set([...othersBefore, ...others()])];
-        if (othersDuring.length > 0) foreign.push(`round ${round + 1} ${config.label}: bpftrace pid ${othersDuring.join(", ")}`);
+        if (othersDuring.length > 0) {
+          foreign.push(`round ${round + 1} ${config.label}: bpftrace pid ${othersDuring.join(", ")}`);
+          contaminated.add(round);
+        }
 
         let note = "";
         if (running) {
@@ -277,8 +300,18 @@ async function main(): Promise<void> {
       }
     }
 
-    out(table.render());
+    // Rounds in which someone else's bpftrace ran are left out when any round was clean.
+    const clean = new Set([...Array(rounds).keys()].filter((round) => !contaminated.has(round)));
+    const used = clean.size > 0 ? clean : new Set(Array(rounds).keys());
+    out(table.render(used));
     out();
+    out(
+      clean.size === rounds
+        ? `rounds:   all ${rounds} rounds used`
+        : clean.size > 0
+          ? `rounds:   ${clean.size} of ${rounds} used; left out, because another bpftrace ran in them: ${[...contaminated].map((r) => r + 1).join(", ")}`
+          : `rounds:   all ${rounds} used, but another bpftrace ran in every round: the numbers include its cost`,
+    );
     for (const config of CONFIGURATIONS) {
       const seen = counted.get(config.key);
       if (!seen) continue;
@@ -296,7 +329,7 @@ async function main(): Promise<void> {
     out(
       foreign.length === 0
         ? "check:    no other bpftrace ran on the machine during any phase"
-        : `warning:  other bpftrace processes ran during ${foreign.length} of ${phases} phases, adding their cost:\n          ${foreign.join("\n          ")}`,
+        : `note:     other bpftrace processes ran during ${foreign.length} of ${phases} phases:\n          ${foreign.join("\n          ")}`,
     );
     if (restarted.length > 0) out(`warning:  the agent restarted bpftrace during a phase (probe briefly detached): ${restarted.join("; ")}`);
     out(`load:     ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (1/5/15 min, at end); took ${((Date.now() - started) / 1000).toFixed(0)} s`);
