@@ -1,0 +1,349 @@
+// Issue 5 on the real kernel: a status write that never fails a syscall but
+// dies with its connection. The testbed apiserver (real TLS, real TCP faults)
+// is the server; each scenario's client is a separate python3 process speaking
+// HTTP/1.1 over TLS on one keep-alive connection, under its own comm, so the
+// agent targets it by name and every event and metric can be told apart by
+// pid and by the `process` label. Each fault must be reported exactly once;
+// every control (idle closes, an answered request before a reset, a process
+// that is not a target) must report nothing.
+import assert from "node:assert/strict";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
+import type { LossEvent } from "../../src/model.ts";
+import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+
+const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_https_client.py");
+/** Every client of this file is named lwc-*: the agent targets exactly those. */
+const TARGET_COMM = "^lwc-";
+/** A status PATCH the size operators send (a few conditions). */
+const BODY_BYTES = 1500;
+const CLIENT_TIMEOUT_S = 1.5;
+const WIDGETS = "/apis/demo.lostwrite.dev/v1/namespaces";
+/**
+ * Per-record cost of TLS on the wire: 5 bytes of record header, and for the
+ * AEAD ciphers TLS 1.3 allows, 1 byte of inner content type and a 16-byte tag.
+ */
+const TLS13_RECORD_OVERHEAD = 5 + 1 + 16;
+/** A TLS 1.3 alert: 2 bytes of alert in one record. */
+const TLS13_ALERT_RECORD = 2 + TLS13_RECORD_OVERHEAD;
+
+interface Step {
+  step: string;
+  t: number;
+  local?: string;
+  tls?: string;
+  cipher?: string;
+  unread?: number;
+  status?: number | null;
+  sent?: number;
+  records?: number;
+  elapsed_ms?: number;
+  error?: string;
+  errno?: number | null;
+  readable?: boolean;
+  read?: number;
+}
+
+/** One python3 HTTPS client process, driven one command at a time over stdin. */
+class HttpsClient {
+  readonly comm: string;
+  readonly child: ChildProcess;
+  private readonly steps: Step[] = [];
+  private readonly exited: Promise<number | null>;
+  private buffered = "";
+
+  constructor(binary: string, port: number, timeoutS = CLIENT_TIMEOUT_S) {
+    this.comm = path.basename(binary);
+    this.child = spawn(binary, [CLIENT, "127.0.0.1", String(port), String(timeoutS)], { stdio: ["pipe", "pipe", "inherit"] });
+    this.child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      this.buffered += chunk;
+      let nl: number;
+      while ((nl = this.buffered.indexOf("\n")) !== -1) {
+        this.steps.push(JSON.parse(this.buffered.slice(0, nl)) as Step);
+        this.buffered = this.buffered.slice(nl + 1);
+      }
+    });
+    this.exited = new Promise((resolve) => this.child.once("exit", (code) => resolve(code)));
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  /** Resolves once the agent has logged this process as a target: from then on the probe sees its sockets. */
+  async watchedBy(agent: AgentProcess): Promise<void> {
+    const name = `${this.comm}[${this.pid}]`;
+    await waitFor(`the agent to watch ${name}`, () => agent.stderr.some((line) => line.includes(name)), 5000);
+  }
+
+  async run(command: string, timeoutMs = 10_000): Promise<Step> {
+    const before = this.steps.length;
+    this.child.stdin!.write(command + "\n");
+    await waitFor(`client ${this.comm} to answer "${command}"`, () => this.steps.length > before, timeoutMs);
+    return this.steps[before]!;
+  }
+
+  async exit(): Promise<void> {
+    this.child.stdin!.end("exit\n");
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), 5000);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe("connection deaths with a request unanswered, on the real kernel", { skip: skipWithoutKernel(), timeout: 90_000 }, () => {
+  let dir: string;
+  let api: Apiserver;
+  let agent: AgentProcess;
+  let python: string;
+  const clients: HttpsClient[] = [];
+
+  /** A client whose comm is `comm`: a symlink to the python binary gives it that name in the kernel. */
+  const client = (comm: string, timeoutS?: number): HttpsClient => {
+    const binary = path.join(dir, comm);
+    symlinkSync(python, binary);
+    const c = new HttpsClient(binary, api.port, timeoutS);
+    clients.push(c);
+    return c;
+  };
+  const eventsOf = (c: HttpsClient): LossEvent[] => agent.events.filter((e) => e.pid === c.pid);
+  const losses = (c: HttpsClient, reason: string): Promise<number> =>
+    agent.metric("lostwrite_apiserver_connection_losses_total", { process: c.comm, reason });
+  /** Long enough for a close line to be judged, correlated (500 ms window) and logged. */
+  const settle = (): Promise<void> => sleep(1500);
+
+  before(async () => {
+    assertKernelRequirements();
+    dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-conn-"));
+    python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+    api = await startApiserver({ dir });
+    agent = await startAgentProcess([
+      "--target-comm", TARGET_COMM,
+      "--apiserver", `127.0.0.1:${api.port}`,
+      "--correlation-window", "500ms",
+    ]);
+  });
+
+  after(async () => {
+    for (const c of clients) c.child.kill("SIGKILL");
+    await agent?.stop();
+    await api?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Opens the keep-alive connection and proves it works with an answered request, as a long-lived client's would. */
+  async function connectAndWarmUp(c: HttpsClient): Promise<Step> {
+    await c.watchedBy(agent);
+    const connected = await c.run("connect");
+    const warmUp = await c.run("request GET /version 0");
+    assert.equal(warmUp.status, 200, `warm-up request: ${JSON.stringify(warmUp)}`);
+    assert.equal(warmUp.local, connected.local, "the warm-up request reused the connection");
+    return connected;
+  }
+
+  /**
+   * The bytes a request of `sent` plaintext bytes in `records` TLS records
+   * puts on the wire. `alert`: the client also sent a TLS alert after the
+   * request (OpenSSL 3 sends a fatal decode_error alert when it reads an EOF
+   * that no close_notify announced), itself unanswered.
+   */
+  function assertWireBytes(event: LossEvent, request: Step, connected: Step, alert = false): void {
+    const sent = request.sent!;
+    const records = request.records!;
+    assert.ok(records >= 1 && sent > BODY_BYTES, `request sent ${sent} bytes in ${records} record(s)`);
+    // Everything the client wrote since the warm-up answer was read is this
+    // request: its plaintext plus per-record TLS framing, nothing else.
+    if (connected.tls === "TLSv1.3") {
+      const expected = sent + records * TLS13_RECORD_OVERHEAD + (alert ? TLS13_ALERT_RECORD : 0);
+      assert.equal(event.unanswered_bytes, expected,
+        `${sent} plaintext bytes in ${records} TLS 1.3 record(s) (${connected.cipher})${alert ? " and an alert" : ""}`);
+    } else {
+      // TLS 1.2: record header, explicit nonce or IV, MAC or tag, CBC padding: under 64 bytes a record.
+      assert.ok(event.unanswered_bytes! >= sent && event.unanswered_bytes! <= sent + records * 64,
+        `unanswered ${event.unanswered_bytes} for ${sent} plaintext bytes in ${records} record(s)`);
+    }
+    assert.equal(event.bytes, event.unanswered_bytes);
+  }
+
+  it("(1) the server reads the whole status request, then resets: one connection_reset with the request's bytes", async () => {
+    const c = client("lwc-reset");
+    api.control.addRule({ id: "reset-status", method: "PATCH", path: `${WIDGETS}/reset/*/status`, action: "reset", afterBytes: BODY_BYTES });
+    const connected = await connectAndWarmUp(c);
+    const request = await c.run(`request PATCH ${WIDGETS}/reset/widgets/w1/status ${BODY_BYTES}`);
+    // Python's ssl over OpenSSL 3 reports the RST while reading as an EOF (RemoteDisconnected).
+    assert.ok(request.error === "ConnectionResetError" || request.error === "RemoteDisconnected", `client saw ${JSON.stringify(request)}`);
+    const [fault] = api.faultLog().filter((f) => f.rule === "reset-status");
+    assert.equal(fault?.bytesRead, BODY_BYTES, "the server read the whole body before the RST");
+    assert.equal(fault.connection?.client, connected.local);
+
+    await waitFor("the reset connection's loss event", () => eventsOf(c).length > 0);
+    await settle();
+    const events = eventsOf(c);
+    assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}`);
+    const [event] = events as [LossEvent];
+    assert.equal(event.cause, "connection_reset");
+    assert.equal(event.errno, "ECONNRESET");
+    assert.equal(event.syscall, null, "no syscall failed: the connection died under the request");
+    assert.equal(event.apiserver, `127.0.0.1:${api.port}`);
+    assert.equal(event.process, "lwc-reset");
+    assertWireBytes(event, request, connected);
+    assert.ok(event.unanswered_for_ms! >= 0 && event.unanswered_for_ms! < 1000, `waited ${event.unanswered_for_ms} ms`);
+    assert.equal(await losses(c, "reset"), 1);
+    assert.equal(await losses(c, "closed_unanswered"), 0);
+    assert.equal(await losses(c, "timeout"), 0);
+    await c.exit();
+  });
+
+  it("(1b) the same, when the status write is the connection's first request", async () => {
+    // A blocking client reads nothing until it has sent its request, so the
+    // TLS 1.3 session tickets the server sent right after the handshake are
+    // read only then, after the request: they are not an answer to it.
+    const c = client("lwc-fresh");
+    api.control.addRule({ id: "reset-fresh", method: "PATCH", path: `${WIDGETS}/fresh/*/status`, action: "reset", afterBytes: BODY_BYTES });
+    await c.watchedBy(agent);
+    const connected = await c.run("connect");
+    assert.ok(connected.unread! > 0, `the server's post-handshake bytes wait unread: ${JSON.stringify(connected)}`);
+    const request = await c.run(`request PATCH ${WIDGETS}/fresh/widgets/w1/status ${BODY_BYTES}`);
+    assert.equal(request.status, null, `client saw ${JSON.stringify(request)}`);
+    assert.equal(api.faultLog().filter((f) => f.rule === "reset-fresh").length, 1);
+    await settle();
+    const events = eventsOf(c);
+    assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}; connection losses (reset): ${await losses(c, "reset")}; ${connected.unread} bytes were unread when the request went out`);
+    assert.equal(events[0]!.cause, "connection_reset");
+    assertWireBytes(events[0]!, request, connected);
+    await c.exit();
+  });
+
+  it("(2) the server reads the request and closes without answering: one connection_closed_unanswered", async () => {
+    const c = client("lwc-closed");
+    api.control.addRule({ id: "close-status", method: "PATCH", path: `${WIDGETS}/closed/*/status`, action: "close" });
+    const connected = await connectAndWarmUp(c);
+    const request = await c.run(`request PATCH ${WIDGETS}/closed/widgets/w1/status ${BODY_BYTES}`);
+    assert.equal(request.error, "RemoteDisconnected", `client saw ${JSON.stringify(request)}`);
+
+    await waitFor("the closed connection's loss event", () => eventsOf(c).length > 0);
+    await settle();
+    const events = eventsOf(c);
+    assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}`);
+    const [event] = events as [LossEvent];
+    assert.equal(event.cause, "connection_closed_unanswered");
+    assert.equal(event.errno, null, "a clean FIN carries no error");
+    assert.equal(event.syscall, null);
+    assertWireBytes(event, request, connected, true);
+    assert.equal(await losses(c, "closed_unanswered"), 1);
+    assert.equal(await losses(c, "reset"), 0);
+    await c.exit();
+  });
+
+  it("(3) the server stops answering, the client times out and closes: one loss that waited the client's timeout", async () => {
+    const c = client("lwc-timeout");
+    // Far longer than the client waits; the answer, if it ever comes, finds the connection gone.
+    api.control.addRule({ id: "slow-status", method: "PATCH", path: `${WIDGETS}/slow/*/status`, action: "delay", for: "10s" });
+    const connected = await connectAndWarmUp(c);
+    const request = await c.run(`request PATCH ${WIDGETS}/slow/widgets/w1/status ${BODY_BYTES}`);
+    assert.equal(request.error, "TimeoutError", `client saw ${JSON.stringify(request)}`);
+
+    await waitFor("the timed-out connection's loss event", () => eventsOf(c).length > 0);
+    await settle();
+    const events = eventsOf(c);
+    assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}`);
+    const [event] = events as [LossEvent];
+    // The client closes with close(): a FIN, answered by the server's FIN, so
+    // the connection ends cleanly with the request unanswered.
+    assert.equal(event.cause, "connection_closed_unanswered");
+    assertWireBytes(event, request, connected);
+    // The wait starts at the first byte of the request and ends when the
+    // connection reaches CLOSE, right after the client gave up.
+    const timeoutMs = CLIENT_TIMEOUT_S * 1000;
+    assert.ok(event.unanswered_for_ms! >= timeoutMs && event.unanswered_for_ms! <= timeoutMs + 500,
+      `unanswered for ${event.unanswered_for_ms} ms, client timeout ${timeoutMs} ms, client waited ${request.elapsed_ms} ms`);
+    assert.equal(await losses(c, "closed_unanswered"), 1);
+    assert.equal(await losses(c, "reset") + (await losses(c, "timeout")), 0);
+    await c.exit();
+  });
+
+  it("(4a) a healthy keep-alive connection closed idle by the client: no loss, no connection loss", async () => {
+    const c = client("lwc-idle-cli");
+    const connected = await connectAndWarmUp(c);
+    const second = await c.run(`request GET /version 0`);
+    assert.equal(second.local, connected.local, "keep-alive: the same connection");
+    await c.run("close");
+    await settle();
+    assert.deepEqual(eventsOf(c), []);
+    for (const reason of ["reset", "timeout", "closed_unanswered"]) assert.equal(await losses(c, reason), 0, reason);
+    // Not zero by blindness: the probe saw this connection's writes.
+    await waitFor("the idle client's writes in /metrics", async () => (await agent.metric("lostwrite_apiserver_writes_total", { process: c.comm })) >= 3);
+    await c.exit();
+  });
+
+  it("(4b) a healthy keep-alive connection closed idle by the server: no loss, no connection loss", async () => {
+    const c = client("lwc-idle-srv");
+    const connected = await connectAndWarmUp(c);
+    const dropped = api.control.dropConnections("close");
+    assert.deepEqual(dropped.map((f) => f.connection?.client), [connected.local], "the server closed exactly this connection");
+    const eof = await c.run("wait_eof");
+    assert.equal(eof.readable, true, `the client saw the close: ${JSON.stringify(eof)}`);
+    await settle();
+    assert.deepEqual(eventsOf(c), []);
+    for (const reason of ["reset", "timeout", "closed_unanswered"]) assert.equal(await losses(c, reason), 0, reason);
+    assert.ok((await agent.metric("lostwrite_apiserver_writes_total", { process: c.comm })) >= 2);
+    await c.exit();
+  });
+
+  it("(5) a status write answered, then the connection reset: no loss event, one connection loss (reset)", async () => {
+    const c = client("lwc-answered");
+    const widget = {
+      apiVersion: "demo.lostwrite.dev/v1", kind: "Widget",
+      metadata: { namespace: "answered", name: "w1" }, spec: { size: 1 },
+    };
+    const created = await fetch(`${api.controlUrl}/objects`, { method: "POST", body: JSON.stringify(widget) });
+    assert.equal(created.status, 200, await created.text());
+    const connected = await connectAndWarmUp(c);
+    const request = await c.run(`request PATCH ${WIDGETS}/answered/widgets/w1/status ${BODY_BYTES}`);
+    assert.equal(request.status, 200, `the status write was answered: ${JSON.stringify(request)}`);
+    const dropped = api.control.dropConnections("reset");
+    assert.deepEqual(dropped.map((f) => f.connection?.client), [connected.local]);
+    const eof = await c.run("wait_eof");
+    assert.equal(eof.readable, true, `the client saw the reset: ${JSON.stringify(eof)}`);
+    await waitFor("the reset counted as a connection loss", async () => (await losses(c, "reset")) === 1);
+    await settle();
+    assert.deepEqual(eventsOf(c), [], "the answered request is not a loss");
+    assert.equal(await losses(c, "reset"), 1);
+    assert.equal(await losses(c, "closed_unanswered"), 0);
+    await c.exit();
+  });
+
+  it("ignores a process that is not a target, and reports nothing it was not given", async () => {
+    // Same fault as (1), from a comm outside the target rule.
+    const c = client("lwx-reset");
+    api.control.addRule({ id: "reset-control", method: "PATCH", path: `${WIDGETS}/control/*/status`, action: "reset", afterBytes: BODY_BYTES });
+    await sleep(2500); // the agent's rescans, as long as a target takes to be found
+    assert.ok(!agent.stderr.some((line) => line.includes(`lwx-reset[${c.pid}]`)), "not a target");
+    await c.run("connect");
+    await c.run("request GET /version 0");
+    const request = await c.run(`request PATCH ${WIDGETS}/control/widgets/w1/status ${BODY_BYTES}`);
+    assert.equal(request.status, null, `the request failed: ${JSON.stringify(request)}`);
+    await settle();
+    await c.exit();
+
+    const samples = await agent.metrics();
+    for (const key of samples.keys()) assert.ok(!key.includes('process="lwx-reset"'), `non-target in ${key}`);
+    // Exactly the three losses injected, one each, from the processes they were injected into.
+    const byProcess = agent.events.map((e) => `${e.process}:${e.cause}`).sort();
+    assert.deepEqual(byProcess, [
+      "lwc-closed:connection_closed_unanswered",
+      "lwc-reset:connection_reset",
+      "lwc-timeout:connection_closed_unanswered",
+    ]);
+    assert.equal(await agent.metric("lostwrite_probe_parse_errors_total"), 0);
+    assert.equal(await agent.metric("lostwrite_probe_up"), 1);
+  });
+});
