@@ -238,6 +238,7 @@ async function main(): Promise<void> {
       for (let i = 0; i < CONFIGURATIONS.length; i++) {
         const config = CONFIGURATIONS[(round + i) % CONFIGURATIONS.length]!;
         phase++;
+        if (interrupted) return;
         quietBudgetMs -= await waitForQuiet(quietBudgetMs);
         const phaseStarted = Date.now();
         if (config.variant) agent = await startAgentRun({ targetPid: target.process.pid, apiserver, variant: config.variant });
@@ -300,6 +301,7 @@ async function main(): Promise<void> {
       }
     }
 
+    if (interrupted) return;
     // Rounds in which someone else's bpftrace ran are left out when any round was clean.
     const clean = new Set([...Array(rounds).keys()].filter((round) => !contaminated.has(round)));
     const used = clean.size > 0 ? clean : new Set(Array(rounds).keys());
