@@ -76,8 +76,8 @@ export class LineProcess {
 }
 
 /** The stand-in apiserver: one forked reader per connection; resolves once it listens. */
-export async function startServer(binary: string): Promise<{ process: LineProcess; port: number }> {
-  const process = new LineProcess("server", binary, ["server"]);
+export async function startServer(binary: string, cpu: number): Promise<{ process: LineProcess; port: number }> {
+  const process = new LineProcess("server", binary, ["server", String(cpu)]);
   const line = await process.nextLine();
   const match = /^listening (\d+)$/.exec(line);
   if (!match) throw new Error(`server: expected "listening PORT", got ${JSON.stringify(line)}`);
@@ -87,8 +87,8 @@ export async function startServer(binary: string): Promise<{ process: LineProces
 /** A socket-send loop, connected to the server once it resolves. */
 export class SendLoop {
   readonly process: LineProcess;
-  constructor(name: string, binary: string, port: number) {
-    this.process = new LineProcess(name, binary, ["send", String(port)]);
+  constructor(name: string, binary: string, port: number, cpu: number) {
+    this.process = new LineProcess(name, binary, ["send", String(port), String(cpu)]);
   }
   async ready(): Promise<void> {
     const line = await this.process.nextLine();
@@ -105,8 +105,8 @@ export class SendLoop {
 /** A file-write loop on `file`. */
 export class FileLoop {
   readonly process: LineProcess;
-  constructor(binary: string, file: string) {
-    this.process = new LineProcess("file loop", binary, ["file", file]);
+  constructor(binary: string, file: string, cpu: number) {
+    this.process = new LineProcess("file loop", binary, ["file", file, String(cpu)]);
   }
   async ready(): Promise<void> {
     const line = await this.process.nextLine();

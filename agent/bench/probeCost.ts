@@ -2,7 +2,7 @@
 // added nanoseconds per operation, measured on this kernel. Not a test: it
 // prints numbers, for the closing notes of the issues that change the probes.
 //
-// USAGE: npm run bench -- [--rounds N] [--iterations N]   (root, bpftrace, gcc)
+// USAGE: npm run bench -- [--rounds N] [--iterations N] [--cpu N]   (root, bpftrace, gcc)
 //
 // WHAT RUNS. Timed loops in C (probeCostLoop.c, compiled at start), so the
 // cost measured is the kernel's, not a runtime's:
@@ -11,6 +11,7 @@
 //   - the server's reader of that connection, a non-target: CPU ns per recv();
 //   - a non-target process doing the same sends to the same server;
 //   - a non-target process doing 100-byte write()s to a file in a temp dir.
+// All loops and the server run pinned to one CPU (why: probeCostLoop.c).
 // The loops start before any agent (the target's connection predates the
 // agent, as client-go's does) and run once per phase on a line on stdin.
 //
@@ -47,10 +48,11 @@ import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess } from 
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
-const USAGE = `usage: npm run bench -- [--rounds N] [--iterations N]
+const USAGE = `usage: npm run bench -- [--rounds N] [--iterations N] [--cpu N]
 
   --rounds N       phases per configuration, interleaved (default 3)
   --iterations N   operations per timed run (default 50000)
+  --cpu N          the CPU every loop runs on (default: the last one)
 
 Needs root, bpftrace and gcc.`;
 
@@ -76,12 +78,12 @@ const OPERATIONS = [
   { key: "otherFile", label: "non-target write() 100 B, file" },
 ];
 
-function parseOptions(argv: string[]): { rounds: number; iterations: number } {
-  let values: { rounds?: string; iterations?: string; help?: boolean };
+function parseOptions(argv: string[]): { rounds: number; iterations: number; cpu: number } {
+  let values: { rounds?: string; iterations?: string; cpu?: string; help?: boolean };
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: { rounds: { type: "string" }, iterations: { type: "string" }, help: { type: "boolean", short: "h" } },
+      options: { rounds: { type: "string" }, iterations: { type: "string" }, cpu: { type: "string" }, help: { type: "boolean", short: "h" } },
       strict: true,
     }));
   } catch (err) {
@@ -101,7 +103,16 @@ function parseOptions(argv: string[]): { rounds: number; iterations: number } {
     }
     return n;
   };
-  return { rounds: positive("rounds", values.rounds, 3), iterations: positive("iterations", values.iterations, 50_000) };
+  const cpus = os.availableParallelism();
+  let cpu = cpus - 1;
+  if (values.cpu !== undefined) {
+    cpu = Number(values.cpu);
+    if (!Number.isInteger(cpu) || cpu < 0 || cpu >= cpus) {
+      process.stderr.write(`bench: --cpu must be a CPU number from 0 to ${cpus - 1}, got ${JSON.stringify(values.cpu)}\n`);
+      process.exit(2);
+    }
+  }
+  return { rounds: positive("rounds", values.rounds, 3), iterations: positive("iterations", values.iterations, 50_000), cpu };
 }
 
 /** The smallest sample seen on each clock. */
@@ -174,7 +185,7 @@ function machineDescription(): string[] {
 }
 
 async function main(): Promise<void> {
-  const { rounds, iterations } = parseOptions(process.argv.slice(2));
+  const { rounds, iterations, cpu } = parseOptions(process.argv.slice(2));
   const missing = missingRequirements();
   if (missing.length > 0) {
     process.stderr.write(`bench: cannot measure probe cost here: ${missing.join("; ")}\n`);
@@ -206,11 +217,11 @@ async function main(): Promise<void> {
   const started = Date.now();
   try {
     const binary = compileLoops(dir);
-    const server = await startServer(binary);
+    const server = await startServer(binary, cpu);
     children.push(server.process);
-    const target = new SendLoop("target send loop", binary, server.port);
-    const other = new SendLoop("non-target send loop", binary, server.port);
-    const file = new FileLoop(binary, path.join(dir, "writes.dat"));
+    const target = new SendLoop("target send loop", binary, server.port, cpu);
+    const other = new SendLoop("non-target send loop", binary, server.port, cpu);
+    const file = new FileLoop(binary, path.join(dir, "writes.dat"), cpu);
     children.push(target.process, other.process, file.process);
     await Promise.all([target.ready(), other.ready(), file.ready()]);
     const apiserver = `127.0.0.1:${server.port}`;
@@ -221,6 +232,7 @@ async function main(): Promise<void> {
     out("lostwrite probe cost");
     for (const line of machineDescription()) out(line);
     out(`setup:    ${rounds} rounds × ${CONFIGURATIONS.length} configurations, ${iterations} operations per timed run, the fastest of ${RUNS_PER_PHASE} runs per phase;`);
+    out(`          every loop and the server's readers on CPU ${cpu}; the agent wherever the scheduler puts it;`);
     out(`          target pid ${target.process.pid}, apiserver ${apiserver} (loopback), non-target pids ${other.process.pid} (send), ${file.process.pid} (file)`);
     out();
 

@@ -7,17 +7,17 @@
  * and then asks it for one timed run per round by writing the iteration count
  * on its stdin. A run answers one line on stdout.
  *
- * USAGE
- *   probeCostLoop server
+ * USAGE (CPU: the CPU to run on, -1 for anywhere)
+ *   probeCostLoop server CPU
  *       listens on 127.0.0.1 (ephemeral port), prints "listening PORT"; one
  *       forked reader per connection. It plays the apiserver: the benchmark
  *       configures 127.0.0.1:PORT as an apiserver endpoint.
- *   probeCostLoop send PORT
+ *   probeCostLoop send PORT CPU
  *       connects to 127.0.0.1:PORT, prints "ready". For each line N on stdin:
  *       N send()s of MSG_SIZE bytes, answers "WALL_NS CPU_NS RECV_CPU_NS": ns per
  *       send by the wall clock and by the sending thread's CPU clock, and the
  *       reader's CPU ns per recv of the same messages.
- *   probeCostLoop file PATH
+ *   probeCostLoop file PATH CPU
  *       opens PATH, prints "ready". For each line N on stdin: N write()s of
  *       MSG_SIZE bytes from offset 0, answers "WALL_NS CPU_NS" per write.
  *
@@ -25,6 +25,13 @@
  * caller waits, including time when another process had its CPU;
  * CLOCK_THREAD_CPUTIME_ID is the work done for it alone, which is where a
  * tracepoint's program runs (in the caller's context).
+ *
+ * The benchmark pins every loop and the server (so its readers) to one CPU.
+ * A sender and its reader on different CPUs make every send wake the reader
+ * by an inter-processor interrupt, or not, depending on which of the two is
+ * ahead: that race, not the probes, would set the cost (3x swings measured).
+ * On one CPU the reader drains in batches while the sender runs; the sender's
+ * CPU ns per send is then steady within a few percent.
  *
  * Every run is preceded by an untimed warm-up of N/10 operations. Loop
  * processes ask the kernel to kill them when the benchmark dies
@@ -36,6 +43,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -229,15 +237,33 @@ static int run_file(const char *path)
 	return 0;
 }
 
+static void pin(const char *cpu_arg)
+{
+	int cpu = atoi(cpu_arg);
+	if (cpu < 0)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		die("sched_setaffinity");
+}
+
 int main(int argc, char **argv)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (argc == 2 && strcmp(argv[1], "server") == 0)
+	if (argc == 3 && strcmp(argv[1], "server") == 0) {
+		pin(argv[2]);
 		run_server();
-	if (argc == 3 && strcmp(argv[1], "send") == 0)
+	}
+	if (argc == 4 && strcmp(argv[1], "send") == 0) {
+		pin(argv[3]);
 		return run_send(atoi(argv[2]));
-	if (argc == 3 && strcmp(argv[1], "file") == 0)
+	}
+	if (argc == 4 && strcmp(argv[1], "file") == 0) {
+		pin(argv[3]);
 		return run_file(argv[2]);
-	fprintf(stderr, "usage: probeCostLoop server | send PORT | file PATH\n");
+	}
+	fprintf(stderr, "usage: probeCostLoop server CPU | send PORT CPU | file PATH CPU\n");
 	return 2;
 }
