@@ -321,6 +321,34 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     await c.exit();
   });
 
+  it("(6) a request the kernel had to retransmit, then reset: the loss carries the retransmits, and so does the process's counter", async () => {
+    // The client withholds the request's first transmission (TCP repair
+    // mode), so the kernel retransmits it: a real retransmit on loopback. With
+    // two segments out (headers, body) the tail loss probe fires after ~10 ms
+    // and SACK recovery resends the rest; with one, the RTO after ~200 ms.
+    const c = client("lwc-retrans");
+    api.control.addRule({ id: "reset-retrans", method: "PATCH", path: `${WIDGETS}/retrans/*/status`, action: "reset", afterBytes: BODY_BYTES });
+    const connected = await connectAndWarmUp(c);
+    const request = await c.run(`request_retransmitted PATCH ${WIDGETS}/retrans/widgets/w1/status ${BODY_BYTES}`);
+    assert.equal(request.status, null, `client saw ${JSON.stringify(request)}`);
+    assert.equal(api.faultLog().filter((f) => f.rule === "reset-retrans").length, 1);
+
+    await waitFor("the retransmitted request's loss event", () => eventsOf(c).length > 0);
+    await settle();
+    const events = eventsOf(c);
+    assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}`);
+    const [event] = events as [LossEvent];
+    assert.equal(event.cause, "connection_reset");
+    assertWireBytes(event, request, connected);
+    assert.ok(event.retransmits! >= 1, `retransmits in the event: ${event.retransmits}`);
+    // Every retransmit of this process happened on this connection, while the request waited.
+    await waitFor("the retransmits in /metrics (1 s counter tick)", async () =>
+      (await agent.metric("lostwrite_apiserver_retransmits_total", { process: c.comm })) >= event.retransmits!);
+    assert.equal(await agent.metric("lostwrite_apiserver_retransmits_total", { process: c.comm }), event.retransmits);
+    assert.equal(await losses(c, "reset"), 1);
+    await c.exit();
+  });
+
   it("ignores a process that is not a target, and reports nothing it was not given", async () => {
     // Same fault as (1), from a comm outside the target rule.
     const c = client("lwx-reset");
@@ -336,13 +364,20 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
 
     const samples = await agent.metrics();
     for (const key of samples.keys()) assert.ok(!key.includes('process="lwx-reset"'), `non-target in ${key}`);
-    // Exactly the three losses injected, one each, from the processes they were injected into.
-    const byProcess = agent.events.map((e) => `${e.process}:${e.cause}`).sort();
+    // Exactly the losses injected, one each, from the processes they were
+    // injected into (lwc-fresh is held to the same rule by its own test).
+    const byProcess = agent.events.filter((e) => e.process !== "lwc-fresh").map((e) => `${e.process}:${e.cause}`).sort();
     assert.deepEqual(byProcess, [
       "lwc-closed:connection_closed_unanswered",
       "lwc-reset:connection_reset",
+      "lwc-retrans:connection_reset",
       "lwc-timeout:connection_closed_unanswered",
     ]);
+    // Only the withheld request was retransmitted.
+    const retransmitting = [...(await agent.metrics()).entries()]
+      .filter(([key, value]) => key.startsWith("lostwrite_apiserver_retransmits_total{") && value > 0)
+      .map(([key]) => /process="([^"]*)"/.exec(key)?.[1]);
+    assert.deepEqual(retransmitting, ["lwc-retrans"]);
     assert.equal(await agent.metric("lostwrite_probe_parse_errors_total"), 0);
     assert.equal(await agent.metric("lostwrite_probe_up"), 1);
   });

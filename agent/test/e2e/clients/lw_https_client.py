@@ -11,6 +11,8 @@ per command on stdout:
   connect                       open the TCP + TLS connection
   request METHOD PATH BODY_LEN  send a request with a JSON body of BODY_LEN
                                 bytes (0: none) and read the whole answer
+  request_retransmitted M P LEN the same, but the kernel must retransmit the
+                                request (see request() below)
   close                         close the connection (idle, from this side)
   wait_eof                      wait until the server closes or resets the
                                 connection, read once, then close
@@ -25,6 +27,7 @@ import fcntl
 import http.client
 import json
 import select
+import socket
 import struct
 import termios
 import ssl
@@ -59,6 +62,45 @@ def status_body(size):
     return (head + "x" * max(0, size - len(head) - len(tail)) + tail).encode()[:size] if size else None
 
 
+# linux/tcp.h: repair mode lets a socket queue data as sent without sending it.
+TCP_REPAIR = 19
+TCP_REPAIR_QUEUE = 20
+TCP_SEND_QUEUE = 2
+TCP_REPAIR_ON = 1
+TCP_REPAIR_OFF_NO_WP = -1
+
+
+def request(conn, method, path, body_len, withhold=False):
+    """Sends one request and reads the whole answer.
+
+    With `withhold`, the request's first transmission never leaves the host:
+    TCP repair mode (CAP_NET_ADMIN) puts it in the send queue as if sent, so
+    the kernel has to retransmit it when the retransmission timer fires
+    (~200 ms on loopback). A real loss on loopback, with no packet filter.
+    """
+    body = status_body(body_len)
+    headers = {"Content-Type": "application/merge-patch+json", "Authorization": "Bearer testbed"}
+    conn.sent = conn.records = 0
+    started = time.monotonic()
+    try:
+        if withhold:
+            conn.sock.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_ON)
+            conn.sock.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE)
+        conn.request(method, path, body=body, headers=headers)
+        if withhold:
+            conn.sock.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_OFF_NO_WP)
+        response = conn.getresponse()
+        response.read()
+        local = conn.sock.getsockname()
+        report("request", status=response.status, sent=conn.sent, records=conn.records,
+               elapsed_ms=(time.monotonic() - started) * 1000, local=f"{local[0]}:{local[1]}")
+    except (OSError, http.client.HTTPException) as e:
+        # http.client has closed the socket already (getresponse closes on error).
+        conn.close()
+        report("request", status=None, sent=conn.sent, records=conn.records,
+               elapsed_ms=(time.monotonic() - started) * 1000, **error_fields(e))
+
+
 def main():
     host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     context = ssl.create_default_context()
@@ -81,24 +123,8 @@ def main():
             pending = struct.unpack("i", fcntl.ioctl(conn.sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
             report("connect", local=f"{local[0]}:{local[1]}", tls=conn.sock.version(), cipher=conn.sock.cipher()[0],
                    unread=pending)
-        elif command == "request":
-            method, path, body_len = words[1], words[2], int(words[3])
-            body = status_body(body_len)
-            headers = {"Content-Type": "application/merge-patch+json", "Authorization": "Bearer testbed"}
-            conn.sent = conn.records = 0
-            started = time.monotonic()
-            try:
-                conn.request(method, path, body=body, headers=headers)
-                response = conn.getresponse()
-                response.read()
-                local = conn.sock.getsockname()
-                report("request", status=response.status, sent=conn.sent, records=conn.records,
-                       elapsed_ms=(time.monotonic() - started) * 1000, local=f"{local[0]}:{local[1]}")
-            except (OSError, http.client.HTTPException) as e:
-                # http.client has closed the socket already (getresponse closes on error).
-                conn.close()
-                report("request", status=None, sent=conn.sent, records=conn.records,
-                       elapsed_ms=(time.monotonic() - started) * 1000, **error_fields(e))
+        elif command in ("request", "request_retransmitted"):
+            request(conn, words[1], words[2], int(words[3]), withhold=command == "request_retransmitted")
         elif command == "close":
             conn.close()
             report("close")
