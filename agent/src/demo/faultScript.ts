@@ -79,6 +79,7 @@ export async function runFaultScript(stack: DemoStack, rules: readonly (Rule & {
       continue;
     }
     await sleep(start + rule.at - Date.now(), opts.signal);
+    if (opts.signal.aborted) return;
     opts.onStep({ index, rule, state: "started", records: [] });
     const targets = targetedOperators(rule, stack.operators);
     const name = widgetName(index % WIDGETS_PER_OPERATOR);
@@ -113,6 +114,7 @@ export async function runFaultScript(stack: DemoStack, rules: readonly (Rule & {
       // A step owns its rule: an "always" rule must not leak into the next step.
       stack.apiserver.control.removeRule(rule.id);
     }
+    if (opts.signal.aborted) return;
     opts.onStep({ index, rule, state: records.length > 0 ? "fired" : "not-fired", records });
   }
 }

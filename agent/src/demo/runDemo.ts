@@ -108,6 +108,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
       correlationWindowMs: CORRELATION_WINDOW_MS,
       ...(opts.record !== undefined ? { record: path.resolve(opts.record) } : {}),
       onStep: (what) => screen.line(`  starting ${what}`),
+      signal: stop.signal,
     });
     if (stop.signal.aborted) return 130;
     const metricsUrl = `http://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}`;
@@ -119,6 +120,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     screen.line();
 
     const events: LossEvent[] = [];
+    let skipped = 0;
     const records: FaultRecord[] = [];
     stack.agent.onLoss((event) => {
       events.push(event);
@@ -140,6 +142,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
           screen.stepStarted(index, rule.id, rule.action, targets.length > 0 ? `→ ${targets.join(", ")}` : `→ ${rule.method ?? "*"} ${rule.path}`);
         } else if (state === "skipped") {
           screen.line(`        ${rule.id}: skipped (starts at ${rule.at} ms, past --duration)`);
+          skipped += 1;
           screen.stepDone();
         } else {
           if (state === "not-fired") screen.line(screen.style("yellow", `        ${rule.id}: no request matched within the step`));
@@ -165,7 +168,8 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
 
     screen.finish();
     const result = matchDetections(expected(), events, operators);
-    printSummary(screen, result, records, rules);
+    printSummary(screen, result, records, rules, operators);
+    if (skipped > 0) screen.line(`${skipped} step(s) of the script skipped: they start past --duration`);
 
     if (opts.record !== undefined && !existsSync(opts.record)) {
       screen.line(screen.style("yellow", `note: --record ${opts.record} was not written by this agent build`));
@@ -180,6 +184,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     return result.agree ? 0 : 1;
   } catch (err) {
     screen.finish();
+    if (stop.signal.aborted) return 130;
     process.stderr.write(`lostwrite demo: ${(err as Error).message}\n  logs: ${path.join(dir, "demo.log")}\n`);
     return 1;
   } finally {
@@ -192,7 +197,13 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
   }
 }
 
-function printSummary(screen: Screen, result: MatchResult, records: readonly FaultRecord[], rules: readonly (Rule & { id: string })[]): void {
+function printSummary(
+  screen: Screen,
+  result: MatchResult,
+  records: readonly FaultRecord[],
+  rules: readonly (Rule & { id: string })[],
+  operators: readonly DemoOperator[],
+): void {
   screen.line();
   screen.line(screen.style("bold", "detections by cause"));
   for (const row of screen.causeTable()) screen.line(`  ${row}`);
@@ -201,7 +212,7 @@ function printSummary(screen: Screen, result: MatchResult, records: readonly Fau
   const ok = screen.style("green", "✔");
   const bad = screen.style("red", "✘");
   const rows = [
-    ...result.matched.map((m) => ({ seq: m.expected.faultSeq, time: m.expected.timeMs, text: matchedLine(m, ok, bad, screen) })),
+    ...result.matched.map((m) => ({ seq: m.expected.faultSeq, time: m.expected.timeMs, text: matchedLine(m, ok, bad, screen, operators) })),
     ...result.missed.map((e) => ({
       seq: e.faultSeq,
       time: e.timeMs,
@@ -230,14 +241,16 @@ function printSummary(screen: Screen, result: MatchResult, records: readonly Fau
   }
 }
 
-function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string, screen: Screen): string {
+function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string, screen: Screen, operators: readonly DemoOperator[]): string {
   const e = m.event;
   const noticed = e.noticed === "no" ? screen.style(["bold", "red"], "SILENT ") : `noticed=${e.noticed}`;
   const verdict = m.noticedAgrees ? ok : bad;
   const wrong = m.noticedAgrees ? "" : screen.style("red", ` (expected noticed=${m.expected.noticed})`);
   const request = e.request?.method != null ? `${e.request.method} ${e.request.path?.replace(/^.*\/namespaces\//, "…/") ?? ""}` : "request unknown";
   const after = ((Date.parse(e.time) - m.expected.timeMs) / 1000).toFixed(2);
-  return `${verdict} ${m.expected.rule.padEnd(18)} ${m.expected.cause.padEnd(28)} ${noticed}${wrong}  ${e.process ?? "-"}[${e.pid ?? "-"}] ${request}  (${after} s after)`;
+  const operator = operators.find((op) => op.namespace === m.expected.operator);
+  const who = `${operator?.mode ?? "?"} operator${e.pid !== null ? ` [${e.pid}]` : ""}`;
+  return `${verdict} ${m.expected.rule.padEnd(18)} ${m.expected.cause.padEnd(28)} ${noticed}${wrong}  ${who.padEnd(24)} ${request}  (${after} s after)`;
 }
 
 function hostForUrl(host: string): string {

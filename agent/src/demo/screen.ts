@@ -29,6 +29,7 @@ export class Screen {
   private readonly expected = new Map<LossCause, number>();
   private readonly detected = new Map<LossCause, { silent: number; noticed: number; unknown: number }>();
   private startMs = Date.now();
+  private ticker: NodeJS.Timeout | undefined;
 
   constructor(out: NodeJS.WritableStream, opts: { color: boolean; live: boolean }) {
     this.out = out;
@@ -51,6 +52,14 @@ export class Screen {
     this.steps = { done: 0, total };
     this.startMs = Date.now();
     this.drawFooter();
+    if (this.live) {
+      // Keeps the elapsed time moving while nothing else happens.
+      this.ticker = setInterval(() => {
+        this.eraseFooter();
+        this.drawFooter();
+      }, 500);
+      this.ticker.unref();
+    }
   }
 
   stepStarted(index: number, id: string, action: string, target: string): void {
@@ -92,6 +101,7 @@ export class Screen {
 
   /** Removes the footer for good (before the summary). */
   finish(): void {
+    clearInterval(this.ticker);
     this.eraseFooter();
     this.steps.total = 0;
   }

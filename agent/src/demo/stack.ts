@@ -57,6 +57,8 @@ export interface StackOptions {
   correlationWindowMs: number;
   /** Told when a step of start-up begins, for the screen. */
   onStep?: (text: string) => void;
+  /** Aborts start-up (Ctrl-C); what started is torn down. */
+  signal?: AbortSignal;
 }
 
 export function widgetName(index: number): string {
@@ -75,7 +77,7 @@ async function freePort(): Promise<number> {
 }
 
 /** Spawns an operator and waits for its "started" line (its informer has listed). */
-async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: number, logFile: WriteStream): Promise<RunningOperator> {
+async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: number, logFile: WriteStream, signal?: AbortSignal): Promise<RunningOperator> {
   const child = spawn(
     process.execPath,
     [
@@ -104,7 +106,8 @@ async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: n
   let buffered = "";
   const started = new Promise<number>((resolve, reject) => {
     child.once("error", reject);
-    child.once("exit", (code, signal) => reject(new Error(`the ${spec.mode} operator exited (${signal ?? `code ${code}`}) before it started; see ${logFile.path as string}`)));
+    child.once("exit", (code, how) => reject(new Error(`the ${spec.mode} operator exited (${how ?? `code ${code}`}) before it started; see ${logFile.path as string}`)));
+    signal?.addEventListener("abort", () => reject(new Error("interrupted")), { once: true });
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       logFile.write(chunk.split("\n").filter(Boolean).map((line) => prefix + line + "\n").join(""));
       buffered += chunk;
@@ -112,10 +115,14 @@ async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: n
     });
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => logFile.write(prefix + chunk));
   });
-  const timeout = setTimeout(() => child.kill("SIGKILL"), 20_000);
+  // Generous: on a busy 2-core machine loading the OpenTelemetry SDK alone takes seconds.
+  const timeout = setTimeout(() => child.kill("SIGKILL"), 60_000);
   try {
     const pid = await started;
     return { ...spec, pid, child };
+  } catch (err) {
+    await stopChild(child);
+    throw err;
   } finally {
     clearTimeout(timeout);
   }
@@ -166,8 +173,14 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     const otlpPort = await freePort();
     const operators: RunningOperator[] = [];
     teardown.push(() => Promise.all(operators.map((op) => stopChild(op.child))).then(() => undefined));
-    for (const spec of DEMO_OPERATORS) operators.push(await startOperator(spec, apiserver.kubeconfigPath, otlpPort, logFile));
+    const starting = DEMO_OPERATORS.map((spec) => startOperator(spec, apiserver.kubeconfigPath, otlpPort, logFile, opts.signal));
+    // Every one that started is stopped at teardown, also when another failed.
+    const settled = await Promise.allSettled(starting);
+    for (const outcome of settled) if (outcome.status === "fulfilled") operators.push(outcome.value);
+    const failed = settled.find((outcome) => outcome.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
 
+    if (opts.signal?.aborted === true) throw new Error("interrupted");
     step("agent (compiling the bpftrace probe)");
     const config = loadConfig([
       {
