@@ -270,6 +270,42 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     await c.exit();
   });
 
+  it("(3b) the server stops reading, the kernel gives up on the client's behalf: one loss, counted as a timeout", async () => {
+    // An apiserver that stops reading: the request fills the server's receive
+    // buffer and the client's send buffer, the window stays shut, and the
+    // client's TCP_USER_TIMEOUT makes its kernel abort with ETIMEDOUT.
+    const USER_TIMEOUT_MS = 1000;
+    const BIG_BODY = 32 << 20;
+    const c = client("lwc-stalled", 10);
+    api.control.addRule({ id: "stall-status", method: "PATCH", path: `${WIDGETS}/stalled/*/status`, action: "stall" });
+    const connected = await connectAndWarmUp(c);
+    await c.run(`user_timeout ${USER_TIMEOUT_MS}`);
+    const request = await c.run(`request PATCH ${WIDGETS}/stalled/widgets/w1/status ${BIG_BODY}`, 20_000);
+    // OpenSSL 3 reports the kernel's ETIMEDOUT on write as an EOF (SSLEOFError); the event below has the errno.
+    assert.ok(request.error && request.elapsed_ms! >= USER_TIMEOUT_MS, `the kernel gave up after the user timeout: ${JSON.stringify(request)}`);
+    assert.equal(api.faultLog().filter((f) => f.rule === "stall-status").length, 1);
+    // The server's side of the stalled connection stays open: drop it so later scenarios start clean.
+    assert.deepEqual(api.control.dropConnections("reset").map((f) => f.connection?.client), [connected.local]);
+
+    await waitFor("the timed-out connection's loss event", () => eventsOf(c).some((e) => e.cause === "connection_reset"));
+    await settle();
+    const events = eventsOf(c);
+    const event = events.find((e) => e.cause === "connection_reset")!;
+    assert.equal(event.errno, "ETIMEDOUT");
+    // What went into the send buffer before the window shut: megabytes, never more than the client wrote.
+    const maxOnWire = request.sent! + Math.ceil(request.sent! / 16384) * TLS13_RECORD_OVERHEAD + request.records! * TLS13_RECORD_OVERHEAD;
+    assert.ok(event.unanswered_bytes! > 1 << 20 && event.unanswered_bytes! <= maxOnWire,
+      `unanswered ${event.unanswered_bytes} bytes, client handed ${request.sent} to TLS`);
+    assert.ok(event.unanswered_for_ms! >= USER_TIMEOUT_MS && event.unanswered_for_ms! <= request.elapsed_ms! + 100,
+      `unanswered for ${event.unanswered_for_ms} ms, user timeout ${USER_TIMEOUT_MS} ms, client waited ${request.elapsed_ms} ms`);
+    assert.equal(await losses(c, "timeout"), 1);
+    assert.equal(await losses(c, "reset") + (await losses(c, "closed_unanswered")), 0);
+    await c.exit();
+    // One lost request, one event. The write() blocked on the shut window is
+    // part of that same request; its -ETIMEDOUT is not a second loss.
+    assert.deepEqual(events.map((e) => e.cause), ["connection_reset"], `exactly one event: ${JSON.stringify(events)}`);
+  });
+
   it("(4a) a healthy keep-alive connection closed idle by the client: no loss, no connection loss", async () => {
     const c = client("lwc-idle-cli");
     const connected = await connectAndWarmUp(c);
@@ -365,18 +401,20 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     const samples = await agent.metrics();
     for (const key of samples.keys()) assert.ok(!key.includes('process="lwx-reset"'), `non-target in ${key}`);
     // Exactly the losses injected, one each, from the processes they were
-    // injected into (lwc-fresh is held to the same rule by its own test).
-    const byProcess = agent.events.filter((e) => e.process !== "lwc-fresh").map((e) => `${e.process}:${e.cause}`).sort();
+    // injected into (lwc-fresh and lwc-stalled are held to the same rule by their own tests).
+    const byProcess = agent.events.filter((e) => e.process !== "lwc-fresh" && e.process !== "lwc-stalled").map((e) => `${e.process}:${e.cause}`).sort();
     assert.deepEqual(byProcess, [
       "lwc-closed:connection_closed_unanswered",
       "lwc-reset:connection_reset",
       "lwc-retrans:connection_reset",
       "lwc-timeout:connection_closed_unanswered",
     ]);
-    // Only the withheld request was retransmitted.
+    // Only the withheld request was retransmitted (and, maybe, the stalled
+    // one's last segment: its kernel probes a shut window until it gives up).
     const retransmitting = [...(await agent.metrics()).entries()]
       .filter(([key, value]) => key.startsWith("lostwrite_apiserver_retransmits_total{") && value > 0)
-      .map(([key]) => /process="([^"]*)"/.exec(key)?.[1]);
+      .map(([key]) => /process="([^"]*)"/.exec(key)?.[1])
+      .filter((comm) => comm !== "lwc-stalled");
     assert.deepEqual(retransmitting, ["lwc-retrans"]);
     assert.equal(await agent.metric("lostwrite_probe_parse_errors_total"), 0);
     assert.equal(await agent.metric("lostwrite_probe_up"), 1);

@@ -13,6 +13,7 @@ per command on stdout:
                                 bytes (0: none) and read the whole answer
   request_retransmitted M P LEN the same, but the kernel must retransmit the
                                 request (see request() below)
+  user_timeout MS               set TCP_USER_TIMEOUT on the connection
   close                         close the connection (idle, from this side)
   wait_eof                      wait until the server closes or resets the
                                 connection, read once, then close
@@ -125,6 +126,11 @@ def main():
                    unread=pending)
         elif command in ("request", "request_retransmitted"):
             request(conn, words[1], words[2], int(words[3]), withhold=command == "request_retransmitted")
+        elif command == "user_timeout":
+            # The kernel aborts the connection (ETIMEDOUT) once sent data has
+            # waited this long for an ACK or a window (TCP_USER_TIMEOUT = 18).
+            conn.sock.setsockopt(socket.IPPROTO_TCP, 18, int(words[1]))
+            report("user_timeout")
         elif command == "close":
             conn.close()
             report("close")
