@@ -22,7 +22,7 @@ import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import { startApiserver, type Apiserver } from "../../../../testbed/apiserver/apiserver.ts";
 import type { Mode } from "../../../../testbed/operator/reconciler.ts";
-import { freePort, startAgentProcess, waitFor, type AgentProcess } from "./agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess } from "./agentProcess.ts";
 import { locateTool } from "./tools.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
@@ -260,6 +260,28 @@ async function startOperatorProcess(opts: OperatorOptions & {
 
 // ---------------------------------------------------------------- stack
 
+/**
+ * A free loopback port outside Linux's ephemeral range (32768-60999). It stays
+ * unbound for seconds while the operators start; the ports startAgentProcess
+ * and others pick with listen(0) come from the ephemeral range, so they
+ * cannot take it meanwhile.
+ */
+async function portBelowEphemeralRange(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const server = createServer();
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => resolve(true));
+    });
+    if (bound) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      return port;
+    }
+  }
+  throw new Error("no free loopback port in 20000-31999 after 50 attempts");
+}
+
 export interface OperatorOptions {
   mode: Mode;
   /** Watch only this namespace (default: all). */
@@ -321,7 +343,7 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
     const operators: OperatorProcess[] = [];
     // The agent starts after the operators, so its OTLP port is chosen now
     // (the later --otlp-listen flag wins over the one startAgentProcess adds).
-    const otlpPort = await freePort();
+    const otlpPort = await portBelowEphemeralRange();
     for (const [i, operatorOptions] of opts.operators.entries()) {
       const operator = await startOperatorProcess({
         ...operatorOptions,
