@@ -12,7 +12,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, rmdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
@@ -20,72 +20,11 @@ import { AgentMetrics } from "../../src/sinks/metrics.ts";
 import type { Logger } from "../../src/sinks/log.ts";
 import type { ApiserverEndpoint } from "../../src/sources/targets/kubernetes/apiserverEndpoints.ts";
 import { KubernetesTargets, type KubeTarget } from "../../src/sources/targets/kubernetes/kubernetesTargets.ts";
+import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
 
-const NODE = "node-e2e";
-
-/** The mount point of the cgroup v2 hierarchy, from /proc/self/mountinfo. */
-async function cgroup2Mount(): Promise<string | null> {
-  const mountinfo = await readFile("/proc/self/mountinfo", "utf8");
-  for (const line of mountinfo.split("\n")) {
-    // "... mountpoint options - fstype source superoptions"
-    const [left, right] = line.split(" - ");
-    if (right?.split(" ")[0] === "cgroup2") return left?.split(" ")[4] ?? null;
-  }
-  return null;
-}
-
-async function whyCannotRun(): Promise<string | null> {
-  if (process.getuid?.() !== 0) return "needs root to create a cgroup";
-  const mount = await cgroup2Mount();
-  if (mount === null) return "no cgroup2 hierarchy is mounted";
-  const probe = join(mount, `lostwrite-e2e-probe-${process.pid}`);
-  try {
-    await mkdir(probe);
-    await rmdir(probe);
-  } catch (err) {
-    return `cannot create a cgroup under ${mount}: ${(err as Error).message}`;
-  }
-  return null;
-}
 
 const reason = await whyCannotRun();
 const skip = reason !== null && process.env.CI !== "true" ? reason : false;
-
-async function control(api: Apiserver, method: string, path: string, body?: unknown): Promise<void> {
-  const res = await fetch(api.controlUrl + path, {
-    method,
-    headers: { "content-type": "application/json" },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  assert.ok(res.ok, `${method} ${path}: ${res.status} ${await res.text()}`);
-}
-
-function podFor(containerId: string): Record<string, unknown> {
-  return {
-    apiVersion: "v1",
-    kind: "Pod",
-    metadata: {
-      name: "widget-operator-5c7d8f9b4-k2v9x",
-      namespace: "widgets",
-      uid: "0c5b7a52-6d0e-4f4e-9f55-3b1f0c2d9e11",
-      labels: { "lostwrite.dev/watch": "true", "pod-template-hash": "5c7d8f9b4" },
-      ownerReferences: [{ apiVersion: "apps/v1", kind: "ReplicaSet", name: "widget-operator-5c7d8f9b4", uid: "r1", controller: true }],
-    },
-    spec: { nodeName: NODE, containers: [{ name: "manager", image: "widget-operator" }] },
-    status: { phase: "Running", containerStatuses: [{ name: "manager", containerID: `containerd://${containerId}`, ready: true, image: "widget-operator", imageID: "", restartCount: 0 }] },
-  };
-}
-
-function kubernetesSlice(addresses: string[]): Record<string, unknown> {
-  return {
-    apiVersion: "discovery.k8s.io/v1",
-    kind: "EndpointSlice",
-    metadata: { name: "kubernetes", namespace: "default", labels: { "kubernetes.io/service-name": "kubernetes" } },
-    addressType: "IPv4",
-    endpoints: addresses.map((a) => ({ addresses: [a], conditions: { ready: true } })),
-    ports: [{ name: "https", port: 6443, protocol: "TCP" }],
-  };
-}
 
 function waitFor<T>(subscribe: (cb: (v: T) => void) => () => void, ok: (v: T) => boolean, ms: number, what: string): Promise<T> {
   return new Promise((resolve, reject) => {

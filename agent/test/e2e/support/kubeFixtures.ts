@@ -1,0 +1,72 @@
+// What the Kubernetes e2e tests share: a cgroup v2 hierarchy to put a real
+// process in (named the way containerd names a container's cgroup), and the
+// pod and EndpointSlice objects the testbed apiserver serves for this node.
+import assert from "node:assert/strict";
+import { mkdir, readFile, rmdir } from "node:fs/promises";
+import { join } from "node:path";
+import type { Apiserver } from "../../../../testbed/apiserver/apiserver.ts";
+
+export const NODE = "node-e2e";
+
+/** The mount point of the cgroup v2 hierarchy, from /proc/self/mountinfo. */
+export async function cgroup2Mount(): Promise<string | null> {
+  const mountinfo = await readFile("/proc/self/mountinfo", "utf8");
+  for (const line of mountinfo.split("\n")) {
+    // "... mountpoint options - fstype source superoptions"
+    const [left, right] = line.split(" - ");
+    if (right?.split(" ")[0] === "cgroup2") return left?.split(" ")[4] ?? null;
+  }
+  return null;
+}
+
+export async function whyCannotRun(): Promise<string | null> {
+  if (process.getuid?.() !== 0) return "needs root to create a cgroup";
+  const mount = await cgroup2Mount();
+  if (mount === null) return "no cgroup2 hierarchy is mounted";
+  const probe = join(mount, `lostwrite-e2e-probe-${process.pid}`);
+  try {
+    await mkdir(probe);
+    await rmdir(probe);
+  } catch (err) {
+    return `cannot create a cgroup under ${mount}: ${(err as Error).message}`;
+  }
+  return null;
+}
+
+
+export async function control(api: Apiserver, method: string, path: string, body?: unknown): Promise<void> {
+  const res = await fetch(api.controlUrl + path, {
+    method,
+    headers: { "content-type": "application/json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${await res.text()}`);
+}
+
+export function podFor(containerId: string): Record<string, unknown> {
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name: "widget-operator-5c7d8f9b4-k2v9x",
+      namespace: "widgets",
+      uid: "0c5b7a52-6d0e-4f4e-9f55-3b1f0c2d9e11",
+      labels: { "lostwrite.dev/watch": "true", "pod-template-hash": "5c7d8f9b4" },
+      ownerReferences: [{ apiVersion: "apps/v1", kind: "ReplicaSet", name: "widget-operator-5c7d8f9b4", uid: "r1", controller: true }],
+    },
+    spec: { nodeName: NODE, containers: [{ name: "manager", image: "widget-operator" }] },
+    status: { phase: "Running", containerStatuses: [{ name: "manager", containerID: `containerd://${containerId}`, ready: true, image: "widget-operator", imageID: "", restartCount: 0 }] },
+  };
+}
+
+export function kubernetesSlice(addresses: string[], port = 6443): Record<string, unknown> {
+  return {
+    apiVersion: "discovery.k8s.io/v1",
+    kind: "EndpointSlice",
+    metadata: { name: "kubernetes", namespace: "default", labels: { "kubernetes.io/service-name": "kubernetes" } },
+    addressType: "IPv4",
+    endpoints: addresses.map((a) => ({ addresses: [a], conditions: { ready: true } })),
+    ports: [{ name: "https", port, protocol: "TCP" }],
+  };
+}
+
