@@ -21,6 +21,7 @@ import {
   recordConnectionLoss,
   recordLoss,
   recordSocketEvent,
+  initWorkloadSeries,
   removePodSeries,
   workloadLabels,
 } from "./sinks/lossMetrics.ts";
@@ -32,7 +33,7 @@ import { endpointKey, parseEndpoint, type EndpointKey } from "./sources/probe/en
 import { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
-import { errnoName, judge, syscallName } from "./sources/probe/socketEvents.ts";
+import { DeadConnectionEchoes, errnoName, judge, syscallName } from "./sources/probe/socketEvents.ts";
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
@@ -128,7 +129,11 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     procRoot: config["proc-root"],
     metrics,
     onChange: async ({ added, removed }) => {
-      for (const t of added) await probe.addTarget(t.pid);
+      for (const t of added) {
+        // Series exist from the first scrape, so rate() sees the first increment.
+        initWorkloadSeries(metrics, workloadLabels(t.identity));
+        await probe.addTarget(t.pid);
+      }
       for (const t of removed) await probe.removeTarget(t.pid);
       // The next counter print carries their final values; then the kernel forgets them.
       if (removed.length) {
@@ -310,6 +315,7 @@ export function buildLossStages(opts: LossStagesOptions) {
   const now = opts.now ?? Date.now;
   const counters = new CounterDeltas();
   const controllers = new BoundedLabel(256);
+  const deadConnections = new DeadConnectionEchoes();
   const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics, now });
 
   const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
@@ -352,10 +358,13 @@ export function buildLossStages(opts: LossStagesOptions) {
     if (verdict.kind === "connection_loss") {
       recordConnectionLoss(metrics, workloadLabels(identityOf(verdict.pid, verdict.pid, verdict.process)), verdict.reason);
     } else if (verdict.kind === "loss") {
-      const identity = identityOf(verdict.event.pid, verdict.event.tid, verdict.event.process);
-      recordSocketEvent(metrics, verdict.event, identity);
+      const { event } = verdict;
+      const identity = identityOf(event.pid, event.tid, event.process);
+      recordSocketEvent(metrics, event, identity);
       if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
-      correlator.addSocketEvent(verdict.event, identity);
+      if (deadConnections.isEcho(event)) return;
+      deadConnections.note(event);
+      correlator.addSocketEvent(event, identity);
     }
   };
 

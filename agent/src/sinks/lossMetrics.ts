@@ -1,7 +1,7 @@
 // Turns events into metric increments, with every label value kept inside its
 // closed set (metrics.ts), so series stay bounded whatever the kernel says.
 import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
-import { CAUSES, closed, NOTICED, SYSCALLS, type AgentMetrics } from "./metrics.ts";
+import { CAUSES, closed, CONNECTION_LOSS_REASONS, NOTICED, SYSCALLS, type AgentMetrics } from "./metrics.ts";
 import { ERRNO_LABELS } from "./errnoLabels.ts";
 import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
 
@@ -65,6 +65,14 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
     errno: errnoLabel(event.errno),
     noticed: closed(NOTICED, event.noticed),
   });
+}
+
+/** A watched workload's per-process series, at zero until something happens. */
+export function initWorkloadSeries(metrics: AgentMetrics, labels: ReturnType<typeof workloadLabels>): void {
+  metrics.writes.inc(labels, 0);
+  metrics.writeBytes.inc(labels, 0);
+  metrics.retransmits.inc(labels, 0);
+  for (const reason of CONNECTION_LOSS_REASONS) metrics.connectionLosses.inc({ ...labels, reason }, 0);
 }
 
 /**

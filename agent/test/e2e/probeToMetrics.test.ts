@@ -88,7 +88,8 @@ async function slowReaderServer(): Promise<net.Server> {
     let tail = "";
     socket.on("data", (data) => {
       tail = (tail + data.toString("latin1")).slice(-16);
-      if (tail.endsWith("END")) socket.write("answered");
+      // A response of realistic size: the probe takes fewer than 64 bytes for protocol chatter.
+      if (tail.endsWith("END")) socket.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"answered":1}`);
     });
     setTimeout(() => socket.resume(), 1500);
   });

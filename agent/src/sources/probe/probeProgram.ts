@@ -20,7 +20,6 @@ const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
   sockets: [
     "sock/sock_send_length",
-    "sock/sock_recv_length",
     "sock/inet_sock_set_state",
     "tcp/tcp_receive_reset",
     "tcp/tcp_retransmit_skb",

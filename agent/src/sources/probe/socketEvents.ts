@@ -111,3 +111,39 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
       return { kind: "none" };
   }
 }
+
+/**
+ * One lost request, one event: a connection that died with a request
+ * unanswered is often followed, within microseconds, by the failure of the
+ * write that was blocked on it (ETIMEDOUT) or of the next frame written into
+ * it (EPIPE, ECONNRESET). Such a send failure by the same process to the same
+ * apiserver, right after the death was reported, is the death's echo: still
+ * counted as a failed syscall, not as a second loss. Keyed on kernel time, so
+ * replay judges the same way.
+ */
+export class DeadConnectionEchoes {
+  private readonly deaths = new Map<string, bigint>();
+  private readonly windowNs: bigint;
+  private readonly capacity: number;
+
+  constructor(windowMs = 100, capacity = 1024) {
+    this.windowNs = BigInt(windowMs) * 1_000_000n;
+    this.capacity = capacity;
+  }
+
+  note(event: SocketEvent): void {
+    if (event.cause !== "connection_reset" && event.cause !== "connection_closed_unanswered") return;
+    const key = `${event.pid}/${event.apiserver}`;
+    this.deaths.delete(key);
+    this.deaths.set(key, event.kernelTimeNs);
+    if (this.deaths.size > this.capacity) this.deaths.delete(this.deaths.keys().next().value!);
+  }
+
+  isEcho(event: SocketEvent): boolean {
+    if (event.cause !== "write_failed" || !ECHO_ERRNOS.has(event.errno ?? "")) return false;
+    const died = this.deaths.get(`${event.pid}/${event.apiserver}`);
+    return died !== undefined && event.kernelTimeNs >= died && event.kernelTimeNs - died <= this.windowNs;
+  }
+}
+
+const ECHO_ERRNOS = new Set(["EPIPE", "ECONNRESET", "ETIMEDOUT"]);

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { CounterDeltas } from "../../../src/sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "../../../src/sources/probe/probeOutput.ts";
-import { errnoName, judge } from "../../../src/sources/probe/socketEvents.ts";
+import { DeadConnectionEchoes, errnoName, judge } from "../../../src/sources/probe/socketEvents.ts";
 
 const close = (over: Partial<Extract<ProbeRecord, { type: "close" }>>): ProbeRecord => ({
   type: "close", ts: 10n, pid: 7, tid: 8, err: 0, reset: false, unansweredBytes: 0, waitedNs: 0n, retransmits: 0,
@@ -61,5 +61,25 @@ describe("CounterDeltas", () => {
     const deltas = new CounterDeltas(2);
     deltas.update("writes", [1, 2, 3].map((pid) => ({ key: [pid], value: 1n })));
     assert.equal(deltas.dropped, 1);
+  });
+});
+
+describe("DeadConnectionEchoes", () => {
+  const death = judge(close({ ts: 1_000_000_000n, err: 110, unansweredBytes: 4000 }), opts);
+  const send = (ts: bigint, ret: number, pid = 7) =>
+    judge({ type: "send", ts, pid, tid: pid, syscallNr: 1, ret, port: 6443, addr: "10.0.0.1", comm: "manager" }, opts);
+
+  it("folds the blocked write that failed with the connection into its death", () => {
+    assert.ok(death.kind === "loss");
+    const echoes = new DeadConnectionEchoes(100);
+    echoes.note(death.event);
+    const blocked = send(1_002_000_000n, -110);
+    assert.ok(blocked.kind === "loss" && echoes.isEcho(blocked.event), "2 ms later, same process and apiserver");
+    const later = send(1_200_000_000n, -32);
+    assert.ok(later.kind === "loss" && !echoes.isEcho(later.event), "200 ms later it is a new write");
+    const other = send(1_002_000_000n, -32, 8);
+    assert.ok(other.kind === "loss" && !echoes.isEcho(other.event), "another process");
+    const zero = send(1_002_000_000n, 0);
+    assert.ok(zero.kind === "loss" && !echoes.isEcho(zero.event), "a zero-byte write is its own loss");
   });
 });
