@@ -7,18 +7,17 @@
 // every control (idle closes, an answered request before a reset, a process
 // that is not a target) must report nothing.
 import assert from "node:assert/strict";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import type { LossEvent } from "../../src/model.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { HttpsClient, type Step } from "./support/httpsClient.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
-const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_https_client.py");
 /** Every client of this file is named lwc-*: the agent targets exactly those. */
 const TARGET_COMM = "^lwc-";
 /** A status PATCH the size operators send (a few conditions). */
@@ -33,70 +32,6 @@ const TLS13_RECORD_OVERHEAD = 5 + 1 + 16;
 /** A TLS 1.3 alert: 2 bytes of alert in one record. */
 const TLS13_ALERT_RECORD = 2 + TLS13_RECORD_OVERHEAD;
 
-interface Step {
-  step: string;
-  t: number;
-  local?: string;
-  tls?: string;
-  cipher?: string;
-  unread?: number;
-  status?: number | null;
-  sent?: number;
-  records?: number;
-  elapsed_ms?: number;
-  error?: string;
-  errno?: number | null;
-  readable?: boolean;
-  read?: number;
-}
-
-/** One python3 HTTPS client process, driven one command at a time over stdin. */
-class HttpsClient {
-  readonly comm: string;
-  readonly child: ChildProcess;
-  private readonly steps: Step[] = [];
-  private readonly exited: Promise<number | null>;
-  private buffered = "";
-
-  constructor(binary: string, port: number, timeoutS = CLIENT_TIMEOUT_S) {
-    this.comm = path.basename(binary);
-    this.child = spawn(binary, [CLIENT, "127.0.0.1", String(port), String(timeoutS)], { stdio: ["pipe", "pipe", "inherit"] });
-    this.child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
-      this.buffered += chunk;
-      let nl: number;
-      while ((nl = this.buffered.indexOf("\n")) !== -1) {
-        this.steps.push(JSON.parse(this.buffered.slice(0, nl)) as Step);
-        this.buffered = this.buffered.slice(nl + 1);
-      }
-    });
-    this.exited = new Promise((resolve) => this.child.once("exit", (code) => resolve(code)));
-  }
-
-  get pid(): number {
-    return this.child.pid!;
-  }
-
-  /** Resolves once the agent has logged this process as a target: from then on the probe sees its sockets. */
-  async watchedBy(agent: AgentProcess): Promise<void> {
-    const name = `${this.comm}[${this.pid}]`;
-    await waitFor(`the agent to watch ${name}`, () => agent.stderr.some((line) => line.includes(name)), 5000);
-  }
-
-  async run(command: string, timeoutMs = 10_000): Promise<Step> {
-    const before = this.steps.length;
-    this.child.stdin!.write(command + "\n");
-    await waitFor(`client ${this.comm} to answer "${command}"`, () => this.steps.length > before, timeoutMs);
-    return this.steps[before]!;
-  }
-
-  async exit(): Promise<void> {
-    this.child.stdin!.end("exit\n");
-    const timer = setTimeout(() => this.child.kill("SIGKILL"), 5000);
-    await this.exited;
-    clearTimeout(timer);
-  }
-}
-
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("connection deaths with a request unanswered, on the real kernel", { skip: skipWithoutKernel(), timeout: 90_000 }, () => {
@@ -110,7 +45,7 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
   const client = (comm: string, timeoutS?: number): HttpsClient => {
     const binary = path.join(dir, comm);
     symlinkSync(python, binary);
-    const c = new HttpsClient(binary, api.port, timeoutS);
+    const c = new HttpsClient(binary, api.port, timeoutS ?? CLIENT_TIMEOUT_S);
     clients.push(c);
     return c;
   };

@@ -7,34 +7,31 @@
 // The scenario feeds every panel: silent losses (swallow-mode operator:
 // reset, unanswered close, 409, 429), noticed losses and connect failures
 // (correct-mode operator retrying into a refused listener), and TCP
-// retransmits (the packets to the apiserver port dropped for a moment by a
-// traffic-control class on loopback, so the operator's kernel retransmits).
+// retransmits (a client whose request's first transmission is withheld in
+// TCP repair mode, so its kernel really retransmits on loopback).
 // Agent-health panels that are zero by design (probe restarts, parse errors,
 // kernel-dropped events, pipeline drops, rejected spans, index evictions)
 // count when they return a zero-valued series: the series exists, so the
 // panel draws a flat line instead of "No data".
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { existsSync } from "node:fs";
+import { execFile, execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { promisify } from "node:util";
 import WebSocket from "ws";
 import { waitFor } from "./support/agentProcess.ts";
 import { alertmanagerTool, startAlertmanager, startWebhookReceiver, type RunningAlertmanager, type WebhookReceiver } from "./support/alertmanager.ts";
 import { dashboardQueries } from "./support/dashboardQueries.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { prometheusTool, startPrometheus, type RunningPrometheus } from "./support/prometheus.ts";
+import { HttpsClient } from "./support/httpsClient.ts";
 import { startTestbedStack, type OperatorProcess, type TestbedStack } from "./support/testbedStack.ts";
-import { locateTool, type LocatedTool } from "./support/tools.ts";
+import { locateTool } from "./support/tools.ts";
 
-const run = promisify(execFile);
 const promtoolTool = locateTool("promtool", "apt-get install prometheus");
-// tc lives in sbin, where locateTool does not look.
-const tcTool: LocatedTool = ["/usr/sbin/tc", "/sbin/tc"].some((p) => existsSync(p))
-  ? { path: ["/usr/sbin/tc", "/sbin/tc"].find((p) => existsSync(p))!, reason: "" }
-  : { path: null, reason: "tc not found in /usr/sbin, /sbin (apt-get install iproute2)" };
 
-const tools = [prometheusTool, alertmanagerTool, promtoolTool, tcTool];
+const tools = [prometheusTool, alertmanagerTool, promtoolTool];
 
 /** The skip reason, or false under CI=true (then `before` fails on what is missing). */
 function skipReason(): string | false {
@@ -56,32 +53,6 @@ const ZERO_BY_DESIGN = new Set([
 
 const RETRANSMITS_PANEL = "TCP retransmits/s by pod";
 
-/**
- * Drops, until undone, the packets sent to one loopback port: an HTB class
- * chosen by a u32 filter on the destination port, whose queue holds nothing
- * (pfifo limit 0). Other loopback traffic is unclassified and goes straight
- * through (HTB's direct queue, no shaping). Dropping, not delaying: TCP does
- * not retransmit a segment still sitting in a local queue. Returns the undo.
- */
-async function dropLoopbackPort(tc: string, port: number): Promise<() => Promise<void>> {
-  const { stdout } = await run(tc, ["qdisc", "show", "dev", "lo"]);
-  if (!/^qdisc noqueue /m.test(stdout)) throw new Error(`lo already has a queueing discipline; not touching it:\n${stdout}`);
-  await run(tc, ["qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "0"]);
-  const undo = async (): Promise<void> => {
-    await run(tc, ["qdisc", "del", "dev", "lo", "root", "handle", "1:"]).catch(() => undefined);
-  };
-  try {
-    await run(tc, ["class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb", "rate", "8kbit", "ceil", "8kbit", "quantum", "1514"]);
-    await run(tc, ["qdisc", "add", "dev", "lo", "parent", "1:10", "handle", "10:", "pfifo", "limit", "0"]);
-    await run(tc, ["filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-      "match", "ip", "dport", String(port), "0xffff", "flowid", "1:10"]);
-  } catch (error) {
-    await undo();
-    throw error;
-  }
-  return undo;
-}
-
 describe("on-call: dashboard, alert and metrics against real Prometheus and Alertmanager, fed by the real agent", { skip: skipReason(), timeout: 150_000 }, () => {
   let stack: TestbedStack;
   let swallow: OperatorProcess;
@@ -90,15 +61,17 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   let alertmanager: RunningAlertmanager;
   let prometheus: RunningPrometheus;
   let feedSocket: WebSocket;
-  let releasePort: (() => Promise<void>) | null = null;
   let warmups = 0;
+  let dir: string;
 
   before(async () => {
     assertKernelRequirements();
     for (const tool of tools) if (tool.path === null) throw new Error(tool.reason);
     webhook = await startWebhookReceiver();
     alertmanager = await startAlertmanager({ webhookUrl: webhook.url });
+    dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-oncall-"));
     stack = await startTestbedStack({
+      agentArgs: ["--target-comm", "^lwc-retrans$"],
       operators: [
         { mode: "swallow", namespace: "swallow", workers: 2 },
         { mode: "correct", namespace: "correct", workers: 2 },
@@ -120,12 +93,12 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   });
 
   after(async () => {
-    await releasePort?.();
     feedSocket?.close();
     await prometheus?.stop();
     await stack?.close();
     await alertmanager?.stop();
     await webhook?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   async function warm(operator: OperatorProcess): Promise<void> {
@@ -144,7 +117,7 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
       stack.agent.events.some((e) => e.reconcile?.name === name && e.cause === cause), 15_000);
   }
 
-  it("the scenario produces silent and noticed losses, connect failures and dropped packets", async () => {
+  it("the scenario produces silent and noticed losses, connect failures and retransmits", async () => {
     // A baseline scrape first: a counter series is born at its first value,
     // which rate() cannot see, so every series needs a later increment too.
     await prometheus.waitFor('lostwrite_probe_up{node="e2e-node"}', (s) => s.length > 0, 10_000);
@@ -167,20 +140,24 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
     await warm(swallow);
     await lose(swallow, "silent-close-again", { action: "close" }, "connection_closed_unanswered");
 
-    // Retransmits: a status write whose packets are dropped for a moment
-    // (the kernel retransmits it; `ss -ti` shows it). Whether the agent
-    // counted them is asserted in its own test below.
-    await warm(swallow);
-    const retransmitted = "retransmitted";
-    releasePort = await dropLoopbackPort(tcTool.path!, stack.apiserver.port);
+    // Retransmits: a client (a target too) whose request's first
+    // transmission is withheld in TCP repair mode, so the kernel really
+    // retransmits it. (Dropping in a local qdisc would not do: TCP sees a
+    // local drop as congestion and sends again later, which is no retransmit.)
+    const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+    const retransmitter = path.join(dir, "lwc-retrans");
+    symlinkSync(python, retransmitter);
+    const client = new HttpsClient(retransmitter, stack.apiserver.port, 5);
     try {
-      stack.createWidget("swallow", retransmitted);
-      await new Promise((r) => setTimeout(r, 2500)); // RTOs of 200, 400, 800 ms and the probe's 1 s tick
+      await client.watchedBy(stack.agent);
+      await client.run("connect");
+      const warmUp = await client.run("request GET /version 0");
+      assert.equal(warmUp.status, 200);
+      const retransmitted = await client.run("request_retransmitted GET /version 0");
+      assert.equal(retransmitted.status, 200, `retransmitted request: ${JSON.stringify(retransmitted)}`);
     } finally {
-      await releasePort();
-      releasePort = null;
+      await client.exit();
     }
-    await waitFor("the retransmitted write to land", () => stack.statusOf("swallow", retransmitted)?.observedGeneration === 1, 20_000);
 
     const causes = new Set(stack.agent.events.map((e) => `${e.cause}/${e.noticed}`));
     for (const expected of ["connection_reset/no", "connection_closed_unanswered/no", "http_rejected/no", "connection_reset/yes", "connect_failed/yes"]) {
@@ -228,7 +205,7 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
     assert.deepEqual(webhook.rejected, []);
   });
 
-  it("TCP retransmits of the operator's apiserver connection reach /metrics and the retransmits panel", async () => {
+  it("TCP retransmits on an apiserver connection reach /metrics and the retransmits panel", async () => {
     assert.ok((await stack.agent.metric("lostwrite_apiserver_retransmits_total")) > 0, "lostwrite_apiserver_retransmits_total after dropped packets");
     const query = dashboardQueries({ rateInterval: "1m", range: "5m" }).find((q) => q.panel === RETRANSMITS_PANEL);
     assert.ok(query, `the dashboard has the ${RETRANSMITS_PANEL} panel`);

@@ -1,0 +1,74 @@
+// A python3 HTTPS client process (clients/lw_https_client.py) driven one
+// command at a time over stdin: connect, request, request_retransmitted (the
+// first transmission withheld with TCP repair mode, so the kernel really
+// retransmits on loopback), close, exit. Each command answers one JSON line.
+import { spawn, type ChildProcess } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { waitFor, type AgentProcess } from "./agentProcess.ts";
+
+const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "../clients/lw_https_client.py");
+
+export interface Step {
+  step: string;
+  t: number;
+  local?: string;
+  tls?: string;
+  cipher?: string;
+  unread?: number;
+  status?: number | null;
+  sent?: number;
+  records?: number;
+  elapsed_ms?: number;
+  error?: string;
+  errno?: number | null;
+  readable?: boolean;
+  read?: number;
+}
+
+/** One python3 HTTPS client process, driven one command at a time over stdin. */
+export class HttpsClient {
+  readonly comm: string;
+  readonly child: ChildProcess;
+  private readonly steps: Step[] = [];
+  private readonly exited: Promise<number | null>;
+  private buffered = "";
+
+  constructor(binary: string, port: number, timeoutS: number) {
+    this.comm = path.basename(binary);
+    this.child = spawn(binary, [CLIENT, "127.0.0.1", String(port), String(timeoutS)], { stdio: ["pipe", "pipe", "inherit"] });
+    this.child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      this.buffered += chunk;
+      let nl: number;
+      while ((nl = this.buffered.indexOf("\n")) !== -1) {
+        this.steps.push(JSON.parse(this.buffered.slice(0, nl)) as Step);
+        this.buffered = this.buffered.slice(nl + 1);
+      }
+    });
+    this.exited = new Promise((resolve) => this.child.once("exit", (code) => resolve(code)));
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  /** Resolves once the agent has logged this process as a target: from then on the probe sees its sockets. */
+  async watchedBy(agent: AgentProcess): Promise<void> {
+    const name = `${this.comm}[${this.pid}]`;
+    await waitFor(`the agent to watch ${name}`, () => agent.stderr.some((line) => line.includes(name)), 5000);
+  }
+
+  async run(command: string, timeoutMs = 10_000): Promise<Step> {
+    const before = this.steps.length;
+    this.child.stdin!.write(command + "\n");
+    await waitFor(`client ${this.comm} to answer "${command}"`, () => this.steps.length > before, timeoutMs);
+    return this.steps[before]!;
+  }
+
+  async exit(): Promise<void> {
+    this.child.stdin!.end("exit\n");
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), 5000);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
