@@ -53,6 +53,14 @@ export function resolveConfig(opts: Record<string, unknown>): Config {
   ]);
 }
 
+function configOrExit(opts: Record<string, unknown>): Config {
+  try {
+    return resolveConfig(opts);
+  } catch (err) {
+    fail(err);
+  }
+}
+
 function fail(err: unknown): never {
   process.stderr.write(`lostwrite: ${err instanceof ConfigError || err instanceof Error ? err.message : String(err)}\n`);
   process.exit(2);
@@ -64,12 +72,7 @@ const program = new Command("lostwrite")
 
 addConfigFlags(program.command("agent").description("run the node agent (the DaemonSet process)")).action(
   async (opts: Record<string, unknown>) => {
-    let config: Config;
-    try {
-      config = resolveConfig(opts);
-    } catch (err) {
-      fail(err);
-    }
+    const config = configOrExit(opts);
     const log = createLogger(process.stderr);
     const { startAgent } = await import("./pipeline.ts");
     let agent: Awaited<ReturnType<typeof startAgent>>;
@@ -95,12 +98,7 @@ addConfigFlags(program.command("agent").description("run the node agent (the Dae
 
 addConfigFlags(program.command("probe").description("print the rendered bpftrace program for the given targets")).action(
   async (opts: Record<string, unknown>) => {
-    let config: Config;
-    try {
-      config = resolveConfig(opts);
-    } catch (err) {
-      fail(err);
-    }
+    const config = configOrExit(opts);
     const { renderProbeForConfig } = await import("./probeCommand.ts");
     process.stdout.write(await renderProbeForConfig(config));
   },

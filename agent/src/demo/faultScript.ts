@@ -40,7 +40,8 @@ export function targetedOperators(rule: Rule, operators: readonly RunningOperato
   return operators.filter((op) => globMatches(rule.path, `/apis/${WIDGETS.replace(/\/widgets$/, "")}/namespaces/${op.namespace}/widgets/${widgetName(0)}/status`));
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
+/** Waits `ms`, or less when `signal` aborts: the demo stops promptly on Ctrl-C. */
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted || ms <= 0) return resolve();
     const done = (): void => {

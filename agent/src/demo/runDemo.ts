@@ -14,7 +14,7 @@ import type { FaultRecord } from "../../../testbed/apiserver/faults.ts";
 import { loadScenario, type Rule } from "../../../testbed/apiserver/scenario.ts";
 import type { LossEvent } from "../model.ts";
 import { shouldColor } from "../tail.ts";
-import { identifiedRules, runFaultScript, targetedOperators } from "./faultScript.ts";
+import { identifiedRules, runFaultScript, targetedOperators, sleep } from "./faultScript.ts";
 import { missingForDemo } from "./requirements.ts";
 import { Screen } from "./screen.ts";
 import { startStack, type DemoStack } from "./stack.ts";
@@ -257,15 +257,3 @@ function hostForUrl(host: string): string {
   return host.includes(":") ? `[${host}]` : host;
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted || ms <= 0) return resolve();
-    const done = (): void => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}

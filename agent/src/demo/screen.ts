@@ -3,6 +3,7 @@
 // them keeps the script's progress and a running table by cause, redrawn in
 // place. Off a terminal (a pipe, a test) there is no footer and no colour,
 // only the lines.
+import { CAUSES } from "../sinks/metrics.ts";
 import { styleText } from "node:util";
 import type { FaultRecord } from "../../../testbed/apiserver/faults.ts";
 import type { LossCause, LossEvent } from "../model.ts";
@@ -10,14 +11,6 @@ import { formatEventLine } from "../tail.ts";
 
 type Format = Parameters<typeof styleText>[0];
 
-export const CAUSES: readonly LossCause[] = [
-  "write_failed",
-  "zero_byte_write",
-  "connect_failed",
-  "connection_reset",
-  "connection_closed_unanswered",
-  "http_rejected",
-];
 const CAUSE_WIDTH = "connection_closed_unanswered".length;
 
 export class Screen {
