@@ -32,9 +32,9 @@ async function resetServer(): Promise<net.Server> {
 }
 
 describe("agent --kubernetes", { skip, timeout: 180_000 }, () => {
-  const cleanup: (() => Promise<unknown>)[] = [];
+  const cleanup: (() => Promise<unknown> | void)[] = [];
   after(async () => {
-    for (const step of cleanup.reverse()) await step().catch(() => undefined);
+    for (const step of cleanup.reverse()) await Promise.resolve(step()).catch(() => undefined);
   });
 
   it("labels a pod's losses from its metadata and follows the apiserver's EndpointSlice", async () => {
@@ -55,8 +55,8 @@ describe("agent --kubernetes", { skip, timeout: 180_000 }, () => {
     cleanup.push(() => api.close());
     const first = await resetServer();
     const second = await resetServer();
-    cleanup.push(async () => void first.close());
-    cleanup.push(async () => void second.close());
+    cleanup.push(() => void first.close());
+    cleanup.push(() => void second.close());
     const portOf = (s: net.Server): number => (s.address() as net.AddressInfo).port;
 
     await control(api, "POST", "/objects", podFor(containerId));
@@ -69,7 +69,7 @@ describe("agent --kubernetes", { skip, timeout: 180_000 }, () => {
     const startClient = async (port: number): Promise<ChildProcess> => {
       const child = spawn(manager, [CLIENT, "plain_reset", "127.0.0.1", String(port)], { stdio: ["pipe", "ignore", "inherit"] });
       await writeFile(path.join(containerCgroup, "cgroup.procs"), String(child.pid));
-      cleanup.push(async () => void child.kill("SIGKILL"));
+      cleanup.push(() => void child.kill("SIGKILL"));
       return child;
     };
     const client1 = await startClient(portOf(first));

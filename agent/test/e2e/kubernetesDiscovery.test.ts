@@ -15,7 +15,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, rmdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
+import { startApiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { AgentMetrics } from "../../src/sinks/metrics.ts";
 import type { Logger } from "../../src/sinks/log.ts";
 import type { ApiserverEndpoint } from "../../src/sources/targets/kubernetes/apiserverEndpoints.ts";
