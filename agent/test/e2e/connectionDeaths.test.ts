@@ -1,4 +1,4 @@
-// Issue 5 on the real kernel: a status write that never fails a syscall but
+// On the real kernel: a status write that never fails a syscall but
 // dies with its connection. The testbed apiserver (real TLS, real TCP faults)
 // is the server; each scenario's client is a separate python3 process speaking
 // HTTP/1.1 over TLS on one keep-alive connection, under its own comm, so the

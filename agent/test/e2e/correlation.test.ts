@@ -1,4 +1,4 @@
-// Issue 4 on the real kernel: a status write the testbed apiserver kills on
+// On the real kernel: a status write the testbed apiserver kills on
 // the wire becomes a loss event that names the Widget, the controller, the
 // operator's trace and the span it belongs to, says whether the operator
 // noticed, and reaches every output: the stdout event log, the /events

@@ -1,4 +1,4 @@
-// Issue 7, live half: a real Prometheus (Debian's package) scrapes the real
+// On-call, live: a real Prometheus (Debian's package) scrapes the real
 // agent while the testbed apiserver kills status writes of real operators;
 // then every panel query of dashboards/lostwrite.json answers through
 // Prometheus's HTTP API, the silent-loss alert fires and reaches a real

@@ -1,4 +1,4 @@
-// Issue 2's slice on the real kernel: the agent, run as a user runs it, sees
+// Probe to metrics on the real kernel: the agent, run as a user runs it, sees
 // every failed or zero-byte write and every failed connect of a target on an
 // apiserver socket, and nothing else. Clients are real python3 processes
 // (blocking sockets write into a reset connection); servers are real sockets.
