@@ -3,10 +3,15 @@
 // write status successfully on its current connection (so the fault hits a
 // connection that has answered before, like client-go's long-lived one),
 // then arms the rule and changes a widget's spec so the operator writes
-// status into the fault, and waits until the rule has fired.
+// status into the fault, and waits until the rule has fired. A rule on the
+// status writer's namespace drives the status writer instead: a PATCH that
+// succeeds, then the faulted one (a reset makes it write again into the dead
+// connection), and, when the rule expects a zero-byte write, a zero-byte send
+// on its live connection after the answer.
 import type { FaultRecord } from "../../../testbed/apiserver/faults.ts";
 import type { Rule, Scenario } from "../../../testbed/apiserver/scenario.ts";
 import { WIDGETS, WIDGETS_PER_OPERATOR, widgetName, type DemoStack, type RunningOperator } from "./stack.ts";
+import type { StatusWriter } from "./statusWriter.ts";
 
 export interface StepReport {
   index: number;
@@ -38,6 +43,12 @@ function globMatches(glob: string, text: string): boolean {
 export function targetedOperators(rule: Rule, operators: readonly RunningOperator[]): RunningOperator[] {
   if (rule.method !== undefined && rule.method !== "*" && rule.method.toUpperCase() !== "PATCH") return [];
   return operators.filter((op) => globMatches(rule.path, `/apis/${WIDGETS.replace(/\/widgets$/, "")}/namespaces/${op.namespace}/widgets/${widgetName(0)}/status`));
+}
+
+/** Whether the rule matches the status writer's status PATCH. */
+export function targetsWriter(rule: Rule, writer: Pick<StatusWriter, "namespace">): boolean {
+  if (rule.method !== undefined && rule.method !== "*" && rule.method.toUpperCase() !== "PATCH") return false;
+  return globMatches(rule.path, `/apis/${WIDGETS.replace(/\/widgets$/, "")}/namespaces/${writer.namespace}/widgets/${widgetName(0)}/status`);
 }
 
 /** Waits `ms`, or less when `signal` aborts: the demo stops promptly on Ctrl-C. */
@@ -82,6 +93,12 @@ export async function runFaultScript(stack: DemoStack, rules: readonly (Rule & {
     await sleep(start + rule.at - Date.now(), opts.signal);
     if (opts.signal.aborted) return;
     opts.onStep({ index, rule, state: "started", records: [] });
+    if (targetsWriter(rule, stack.writer)) {
+      const records = await runWriterStep(stack, rule, opts.signal);
+      if (opts.signal.aborted) return;
+      opts.onStep({ index, rule, state: records.length > 0 ? "fired" : "not-fired", records });
+      continue;
+    }
     const targets = targetedOperators(rule, stack.operators);
     const name = widgetName(index % WIDGETS_PER_OPERATOR);
 
@@ -118,4 +135,23 @@ export async function runFaultScript(stack: DemoStack, rules: readonly (Rule & {
     if (opts.signal.aborted) return;
     opts.onStep({ index, rule, state: records.length > 0 ? "fired" : "not-fired", records });
   }
+}
+
+async function runWriterStep(stack: DemoStack, rule: Rule & { id: string }, signal: AbortSignal): Promise<FaultRecord[]> {
+  // A successful status write first, on the connection the fault will hit.
+  await stack.writer.run("patch");
+  const records: FaultRecord[] = [];
+  const stopListening = stack.apiserver.control.onFault((record) => {
+    if (record.rule === rule.id) records.push(record);
+  });
+  try {
+    stack.apiserver.control.addRule({ ...rule, at: 0 });
+    await stack.writer.run("patch");
+    await until(() => records.length > 0, 1500, signal);
+    if (rule.expect?.cause === "zero_byte_write") await stack.writer.run("zero");
+  } finally {
+    stopListening();
+    stack.apiserver.control.removeRule(rule.id);
+  }
+  return records;
 }

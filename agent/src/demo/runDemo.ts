@@ -1,7 +1,7 @@
 // `lostwrite demo`: the whole system on one machine. The testbed apiserver,
 // two sample operators (one swallows failed status writes, one handles
-// them), the agent with real probes on both, and a fault script covering
-// every loss cause the operators can show. Detections appear as they
+// them), a status writer that writes into dead connections, the agent with
+// real probes on all three, and a fault script covering every loss cause. Detections appear as they
 // happen; at the end each injected fault is paired with its detection, and
 // the exit code says whether they agree. Teardown always runs, also on
 // Ctrl-C and on errors.
@@ -14,7 +14,7 @@ import type { FaultRecord } from "../../../testbed/apiserver/faults.ts";
 import { loadScenario, type Rule } from "../../../testbed/apiserver/scenario.ts";
 import type { LossEvent } from "../model.ts";
 import { shouldColor } from "../tail.ts";
-import { identifiedRules, runFaultScript, targetedOperators, sleep } from "./faultScript.ts";
+import { identifiedRules, runFaultScript, targetedOperators, targetsWriter, sleep } from "./faultScript.ts";
 import { missingForDemo } from "./requirements.ts";
 import { Screen } from "./screen.ts";
 import { startStack, type DemoStack } from "./stack.ts";
@@ -99,7 +99,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
 
   let stack: DemoStack | undefined;
   try {
-    screen.line(screen.style("bold", "lostwrite demo") + ": testbed apiserver, two sample operators, the agent with real probes");
+    screen.line(screen.style("bold", "lostwrite demo") + ": testbed apiserver, two sample operators, a status writer, the agent with real probes");
     screen.line(`  logs (agent, operators): ${path.join(dir, "demo.log")}`);
     const started = Date.now();
     stack = await startStack({
@@ -116,6 +116,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     for (const op of stack.operators) {
       screen.line(`  operator ${op.mode.padEnd(7)} pid ${op.pid}, namespace ${op.namespace}: ${op.mode === "swallow" ? "logs a failed status write and reports success" : "returns the error and retries"}`);
     }
+    screen.line(`  status writer   pid ${stack.writer.pid}, namespace ${stack.writer.namespace}: python3, writes into a dead connection as client-go does; sends no spans`);
     screen.line(`  agent: ${metricsUrl}/metrics   events: ws://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}/events`);
     screen.line();
 
@@ -139,6 +140,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
       onStep: ({ index, rule, state }) => {
         if (state === "started") {
           const targets = targetedOperators(rule, live.operators).map((op) => `${op.mode} operator`);
+          if (targetsWriter(rule, live.writer)) targets.push("status writer");
           screen.stepStarted(index, rule.id, rule.action, targets.length > 0 ? `→ ${targets.join(", ")}` : `→ ${rule.method ?? "*"} ${rule.path}`);
         } else if (state === "skipped") {
           screen.line(`        ${rule.id}: skipped (starts at ${rule.at} ms, past --duration)`);
@@ -153,7 +155,10 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     // --duration longer than the script: the system stays up for the rest of it.
     if (opts.duration !== undefined) await sleep(started + opts.duration - Date.now(), stop.signal);
 
-    const operators: DemoOperator[] = stack.operators.map(({ mode, namespace, pid }) => ({ mode, namespace, pid }));
+    const operators: DemoOperator[] = [
+      ...stack.operators.map(({ mode, namespace, pid }) => ({ mode, namespace, pid })),
+      { mode: "writer", namespace: stack.writer.namespace, pid: stack.writer.pid },
+    ];
     const byId = new Map<string, Rule>(rules.map((rule) => [rule.id, rule]));
     const expected = (): ReturnType<typeof expectedDetections> => expectedDetections(records, byId, operators);
     // Wait for detections: every expected one, and a full correlation window after the last fault for any extra.
@@ -249,7 +254,7 @@ function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string,
   const request = e.request?.method != null ? `${e.request.method} ${e.request.path?.replace(/^.*\/namespaces\//, "…/") ?? ""}` : "request unknown";
   const after = ((Date.parse(e.time) - m.expected.timeMs) / 1000).toFixed(2);
   const operator = operators.find((op) => op.namespace === m.expected.operator);
-  const who = `${operator?.mode ?? "?"} operator${e.pid !== null ? ` [${e.pid}]` : ""}`;
+  const who = `${operator === undefined ? "?" : operator.mode === "writer" ? "status writer" : `${operator.mode} operator`}${e.pid !== null ? ` [${e.pid}]` : ""}`;
   return `${verdict} ${m.expected.rule.padEnd(18)} ${m.expected.cause.padEnd(28)} ${noticed}${wrong}  ${who.padEnd(24)} ${request}  (${after} s after)`;
 }
 

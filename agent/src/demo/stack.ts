@@ -1,6 +1,7 @@
 // The demo's running system: the testbed apiserver, two sample operators as
 // real child processes (one that swallows status-write errors, one that
-// handles them), and the agent in this process with real probes on both.
+// handles them), a status writer that writes into dead connections, and the
+// agent in this process with real probes on all three.
 // Start-up is ordered and whatever started is torn down on failure; close()
 // always runs every step, in reverse.
 import { spawn, type ChildProcess } from "node:child_process";
@@ -12,6 +13,7 @@ import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apise
 import { loadConfig } from "../config.ts";
 import { startAgent, type RunningAgent } from "../pipeline.ts";
 import { createLogger } from "../sinks/log.ts";
+import { startStatusWriter, STATUS_WRITER_NAMESPACE, type StatusWriter } from "./statusWriter.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 const OPERATOR_MAIN = path.join(repoRoot, "testbed/operator/main.ts");
@@ -43,6 +45,8 @@ export interface DemoStack {
   logPath: string;
   apiserver: Apiserver;
   operators: RunningOperator[];
+  /** The third target: a client that writes into dead connections (write_failed, zero_byte_write). */
+  writer: StatusWriter;
   agent: RunningAgent;
   /** Changes a widget's spec (a new generation), so its operator writes status. */
   bumpWidget(namespace: string, name: string): void;
@@ -158,7 +162,7 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     step("testbed apiserver");
     const apiserver = await startApiserver({ dir: opts.dir });
     teardown.push(() => apiserver.close());
-    for (const { namespace } of DEMO_OPERATORS) {
+    for (const namespace of [...DEMO_OPERATORS.map((op) => op.namespace), STATUS_WRITER_NAMESPACE]) {
       for (let i = 0; i < WIDGETS_PER_OPERATOR; i++) {
         apiserver.store.commit(WIDGETS, {
           apiVersion: "demo.lostwrite.dev/v1",
@@ -180,13 +184,23 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     const failed = settled.find((outcome) => outcome.status === "rejected");
     if (failed !== undefined) throw failed.reason;
 
+    step("status writer");
+    const writer = await startStatusWriter({
+      dir: opts.dir,
+      host: apiserver.host,
+      port: apiserver.port,
+      path: `/apis/${WIDGETS.replace(/\/widgets$/, "")}/namespaces/${STATUS_WRITER_NAMESPACE}/widgets/${widgetName(0)}/status`,
+      logFile,
+    });
+    teardown.push(() => stopChild(writer.child));
+
     if (opts.signal?.aborted === true) throw new Error("interrupted");
     step("agent (compiling the bpftrace probe)");
     const config = loadConfig([
       {
         name: "demo",
         values: {
-          "target-pid": operators.map((op) => op.pid),
+          "target-pid": [...operators.map((op) => op.pid), writer.pid],
           apiserver: [`${apiserver.host}:${apiserver.port}`],
           listen: opts.listen,
           "otlp-listen": `127.0.0.1:${otlpPort}`,
@@ -209,7 +223,7 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
         spec: { ...spec, size: (spec.size ?? 0) + 1 },
       });
     };
-    return { dir: opts.dir, logPath, apiserver, operators, agent, bumpWidget, close };
+    return { dir: opts.dir, logPath, apiserver, operators, writer, agent, bumpWidget, close };
   } catch (err) {
     await close();
     throw err;

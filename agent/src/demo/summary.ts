@@ -14,7 +14,8 @@ import type { LossCause, LossEvent, Noticed } from "../model.ts";
 import { parseRfc3339Ns } from "../sinks/rfc3339.ts";
 
 export interface DemoOperator {
-  mode: "correct" | "swallow";
+  /** "writer": the status writer, which sends no spans, so its losses are noticed "unknown". */
+  mode: "correct" | "swallow" | "writer";
   namespace: string;
   pid: number;
 }
@@ -62,14 +63,16 @@ export function namespaceOfPath(path: string | null | undefined): string | null 
 }
 
 function defaultNoticed(operator: DemoOperator | undefined): Noticed {
-  if (operator === undefined) return "unknown";
+  if (operator === undefined || operator.mode === "writer") return "unknown";
   return operator.mode === "swallow" ? "no" : "yes";
 }
 
 /**
  * The detections each fault record calls for: the record's `expect.cause`,
  * and for an outage that reset (or closed) the open connections, the loss of
- * the request that triggered it, which died with its connection.
+ * the request that triggered it, which died with its connection. Likewise a
+ * reset or close whose record expects something else (the status writer's
+ * write into the dead connection): the faulted request died with it first.
  */
 export function expectedDetections(
   records: readonly FaultRecord[],
@@ -91,6 +94,10 @@ export function expectedDetections(
       });
     }
     const cause = record.expect?.cause;
+    const death = rule?.action === "reset" ? "connection_reset" : rule?.action === "close" ? "connection_closed_unanswered" : undefined;
+    if (death !== undefined && cause !== undefined && cause !== death) {
+      out.push({ ...base, cause: death, noticed: defaultNoticed(operator), why: `the ${record.method ?? ""} died with its connection`.replace("  ", " ") });
+    }
     if (cause !== undefined) {
       out.push({ ...base, cause, noticed: record.expect?.noticed ?? defaultNoticed(operator), why: record.expect?.note ?? record.detail });
     }
