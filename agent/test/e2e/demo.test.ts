@@ -1,6 +1,7 @@
 // `lostwrite demo` on the real kernel, run as a user runs it: the command's
 // own exit code and printed summary are what is checked. Every fault of the
-// default script must be detected exactly once, and the swallow operator's
+// default script must be detected exactly once (the status writer's write_failed
+// and zero_byte_write too), and the swallow operator's
 // losses must show as silent (noticed "no") although that operator reports
 // success. Without root the demo must say why and what to run.
 import assert from "node:assert/strict";
@@ -47,9 +48,9 @@ describe("lostwrite demo", { skip: skipWithoutKernel() }, () => {
     assert.match(result.stdout, /result: \d+ faults injected, every expected loss detected exactly once \((\d+) of \1\), none missed, none invented/, explain);
     assert.ok(result.seconds < 60, `the demo took ${result.seconds} s${explain}`);
 
-    // Every loss cause the sample operators can show was detected.
+    // Every loss cause was detected: the operators' and the status writer's.
     const summary = result.stdout.slice(result.stdout.indexOf("expected vs detected"));
-    for (const cause of ["connection_reset", "connection_closed_unanswered", "http_rejected", "connect_failed"]) {
+    for (const cause of ["connection_reset", "connection_closed_unanswered", "http_rejected", "connect_failed", "write_failed", "zero_byte_write"]) {
       assert.match(summary, new RegExp(`✔ \\S+ +${cause} `), `no ${cause} in the summary${explain}`);
     }
     assert.doesNotMatch(summary, /MISSED|INVENTED|✘/, explain);
@@ -65,6 +66,15 @@ describe("lostwrite demo", { skip: skipWithoutKernel() }, () => {
     for (const line of silentOnes) assert.match(line, /SILENT/, line);
     for (const line of carefulOnes) assert.match(line, / noticed /, line);
     for (const line of summary.split("\n").filter((l) => l.includes("/silent/"))) assert.match(line, /SILENT/, line);
+    // The status writer runs under its own name; its writes into the dead connection and its
+    // zero-byte send are its own, noticed unknown (it sends no spans).
+    const writerPid = /status writer +pid (\d+)/.exec(result.stdout)?.[1];
+    assert.ok(writerPid !== undefined, explain);
+    for (const cause of ["write_failed", "zero_byte_write"]) {
+      const fromWriter: string[] = detections.filter((line) => new RegExp(` ${cause} +status-writer\\[${writerPid}\\] `).test(line));
+      assert.equal(fromWriter.length, 1, `${cause} detections from the status writer${explain}`);
+      assert.match(summary, new RegExp(`✔ \\S+ +${cause} +noticed=unknown +status writer \\[${writerPid}\\]`), explain);
+    }
     assert.match(result.stdout, /stopped: operators, agent and testbed apiserver/);
   });
 });

@@ -12,6 +12,7 @@ import type { LossCause, LossEvent, Noticed } from "../../../src/model.ts";
 const OPERATORS: DemoOperator[] = [
   { mode: "swallow", namespace: "silent", pid: 100 },
   { mode: "correct", namespace: "careful", pid: 200 },
+  { mode: "writer", namespace: "writer", pid: 300 },
 ];
 const T0 = Date.parse("2026-12-02T15:04:05.000Z");
 const statusPath = (ns: string): string => `/apis/demo.lostwrite.dev/v1/namespaces/${ns}/widgets/widget-1/status`;
@@ -102,5 +103,33 @@ describe("demo summary: expected vs detected", () => {
     // With existing connections kept, the triggering request is served: only the refused connect.
     const kept = new Map<string, Rule>([["outage", parseRule({ id: "outage", action: "refuse", for: "700ms" })]]);
     assert.deepEqual(expectedDetections(records, kept, OPERATORS).map((e) => e.cause), ["connect_failed"]);
+  });
+
+  it("expects the status writer's reset to lose the request and the write into the dead connection, both noticed unknown", () => {
+    const rules = new Map<string, Rule>([
+      ["rst-writer", parseRule({ id: "rst-writer", action: "reset", path: "*/namespaces/writer/*" })],
+      ["zero-writer", parseRule({ id: "zero-writer", action: "delay", for: "100ms", path: "*/namespaces/writer/*" })],
+    ]);
+    const records = [
+      record(1, "rst-writer", "writer", 0, { cause: "write_failed" }),
+      record(2, "zero-writer", "writer", 2000, { cause: "zero_byte_write" }, "delay"),
+    ];
+    const expected = expectedDetections(records, rules, OPERATORS);
+    assert.deepEqual(expected.map((e) => [e.rule, e.cause, e.operator, e.noticed]), [
+      ["rst-writer", "connection_reset", "writer", "unknown"],
+      ["rst-writer", "write_failed", "writer", "unknown"],
+      ["zero-writer", "zero_byte_write", "writer", "unknown"],
+    ]);
+    // The writer sends no spans: its events name it by pid only, with no reconcile or request.
+    const bare = (cause: LossCause, atMs: number, noticed: Noticed = "unknown"): LossEvent => ({
+      ...event(cause, atMs, { pid: 300, noticed }), correlation: "none", trace_id: null, span_id: null, reconcile: null, request: null,
+    });
+    const events = [bare("connection_reset", 0), bare("write_failed", 450), bare("zero_byte_write", 2150)];
+    assert.equal(matchDetections(expected, events, OPERATORS).agree, true);
+    // A write into a dead connection that is not reported is missed, and a wrong noticed disagrees.
+    assert.deepEqual(matchDetections(expected, events.slice(0, 1).concat(events.slice(2)), OPERATORS).missed.map((e) => e.cause), ["write_failed"]);
+    assert.equal(matchDetections(expected, [bare("connection_reset", 0), bare("write_failed", 450, "no"), bare("zero_byte_write", 2150)], OPERATORS).agree, false);
+    // The same causes on an operator's pid do not count for the writer.
+    assert.equal(matchDetections(expected, events.map((e) => ({ ...e, pid: 100 })), OPERATORS).matched.length, 0);
   });
 });
