@@ -4,9 +4,9 @@
 // attached until that process exits, and would bleed into the next phase).
 import { spawn, type ChildProcess } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { freeLoopbackPort as freePort } from "../src/loopbackPort.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const READY_TIMEOUT_MS = 60_000;
@@ -14,13 +14,6 @@ const STOP_TIMEOUT_MS = 10_000;
 /** USER_HZ: /proc reports CPU time in these ticks; 100 on every Linux architecture Node supports. */
 const CLOCK_TICKS_PER_SECOND = 100;
 
-export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** Pids of every descendant of `pid`, from /proc/PID/task/TID/children. */
 export function descendants(pid: number): number[] {

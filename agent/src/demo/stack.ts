@@ -6,7 +6,6 @@
 // always runs every step, in reverse.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, type WriteStream } from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
@@ -14,6 +13,7 @@ import { loadConfig } from "../config.ts";
 import { startAgent, type RunningAgent } from "../pipeline.ts";
 import { createLogger } from "../sinks/log.ts";
 import { startStatusWriter, STATUS_WRITER_NAMESPACE, type StatusWriter } from "./statusWriter.ts";
+import { freeLoopbackPort } from "../loopbackPort.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 const OPERATOR_MAIN = path.join(repoRoot, "testbed/operator/main.ts");
@@ -67,17 +67,6 @@ export interface StackOptions {
 
 export function widgetName(index: number): string {
   return `widget-${index + 1}`;
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** Spawns an operator and waits for its "started" line (its informer has listed). */
@@ -174,7 +163,7 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     }
 
     step("sample operators");
-    const otlpPort = await freePort();
+    const otlpPort = await freeLoopbackPort();
     const operators: RunningOperator[] = [];
     teardown.push(() => Promise.all(operators.map((op) => stopChild(op.child))).then(() => undefined));
     const starting = DEMO_OPERATORS.map((spec) => startOperator(spec, apiserver.kubeconfigPath, otlpPort, logFile, opts.signal));

@@ -2,20 +2,15 @@
 // user would, and reads what it exposes: /metrics, /readyz and its stdout
 // event log.
 import { spawn, type ChildProcess } from "node:child_process";
-import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { LossEvent } from "../../../src/model.ts";
+import { freeLoopbackPort } from "../../../src/loopbackPort.ts";
+
+export { freeLoopbackPort as freePort };
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
 
-export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 export interface AgentProcess {
   child: ChildProcess;
@@ -52,8 +47,8 @@ export function sumMetric(samples: Map<string, number>, name: string, labels: Re
 }
 
 export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<AgentProcess> {
-  const port = await freePort();
-  const otlpPort = await freePort();
+  const port = await freeLoopbackPort();
+  const otlpPort = await freeLoopbackPort();
   const node = path.join(repoRoot, "node_modules/.bin/node");
   const child = spawn(
     node,

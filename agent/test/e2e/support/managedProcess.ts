@@ -2,23 +2,13 @@
 // loopback port, with its output kept (bounded) for error messages, and always
 // stopped: by stop(), by execa's cleanup when Node exits, and by the kernel
 // (setpriv --pdeathsig KILL) even when Node itself is SIGKILLed.
-import { createServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { execa, type ResultPromise } from "execa";
 import { locateTool } from "./tools.ts";
+import { freeLoopbackPort } from "../../../src/loopbackPort.ts";
 
-/** A port on 127.0.0.1 that was free a moment ago (the OS picks it). */
-export async function freeLoopbackPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === "string") throw new Error("no TCP address from listen(0)");
-  return address.port;
-}
+export { freeLoopbackPort };
+
 
 const outputCapacity = 64 * 1024;
 
