@@ -2,14 +2,14 @@
 // tests, routing every alert to one webhook after 1 s, and a webhook receiver
 // that collects what Alertmanager delivers. Clustering is off and storage is in
 // a temp dir, so a system Alertmanager is left alone.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
 import { z } from "zod";
-import { freeLoopbackPort, startManagedProcess, waitUntilReady } from "./managedProcess.ts";
+import { freeLoopbackPort, startReadyServer } from "./managedProcess.ts";
 import { locateTool, type LocatedTool } from "./tools.ts";
 
 export const alertmanagerTool: LocatedTool = locateTool("prometheus-alertmanager", "apt-get install prometheus-alertmanager");
@@ -40,25 +40,14 @@ export async function startAlertmanager(options: { webhookUrl: string }): Promis
   };
   const configPath = join(dir, "alertmanager.yml");
   writeFileSync(configPath, stringify(config));
-  const server = startManagedProcess("alertmanager", binary, [
+  const { url, server, stop } = await startReadyServer("alertmanager", binary, [
     `--config.file=${configPath}`,
     `--storage.path=${join(dir, "data")}`,
     `--web.listen-address=127.0.0.1:${port}`,
     // Empty: no gossip cluster (it would listen on 0.0.0.0:9094).
     "--cluster.listen-address=",
     "--log.level=warn",
-  ]);
-  const url = `http://127.0.0.1:${port}`;
-  const stop = async (): Promise<void> => {
-    await server.stop();
-    rmSync(dir, { recursive: true, force: true });
-  };
-  try {
-    await waitUntilReady(`${url}/-/ready`, server);
-  } catch (error) {
-    await stop();
-    throw error;
-  }
+  ], { port, dir });
   return { url, address: `127.0.0.1:${port}`, output: () => server.output(), stop, [Symbol.asyncDispose]: stop };
 }
 

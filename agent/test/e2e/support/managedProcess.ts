@@ -2,6 +2,7 @@
 // loopback port, with its output kept (bounded) for error messages, and always
 // stopped: by stop(), by execa's cleanup when Node exits, and by the kernel
 // (setpriv --pdeathsig KILL) even when Node itself is SIGKILLed.
+import { rmSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { execa, type ResultPromise } from "execa";
 import { locateTool } from "./tools.ts";
@@ -77,4 +78,30 @@ export async function waitUntilReady(url: string, process: ManagedProcess, timeo
     await sleep(100);
   }
   throw new Error(`${process.name} not ready at ${url} after ${timeoutMs} ms (${last}):\n${process.output()}`);
+}
+
+/**
+ * A Prometheus-family server (prometheus, alertmanager) on 127.0.0.1:`port`,
+ * ready when its `/-/ready` answers. `stop()` ends it and removes `dir`, its
+ * config and data; a server that never gets ready is stopped before the error.
+ */
+export async function startReadyServer(
+  name: string,
+  binary: string,
+  args: string[],
+  opts: { port: number; dir: string },
+): Promise<{ url: string; server: ManagedProcess; stop: () => Promise<void> }> {
+  const server = startManagedProcess(name, binary, args);
+  const url = `http://127.0.0.1:${opts.port}`;
+  const stop = async (): Promise<void> => {
+    await server.stop();
+    rmSync(opts.dir, { recursive: true, force: true });
+  };
+  try {
+    await waitUntilReady(`${url}/-/ready`, server);
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { url, server, stop };
 }

@@ -3,14 +3,14 @@
 // alerts to an Alertmanager, and answers PromQL over its HTTP API.
 // Its own ports and storage, in a temp dir: a system Prometheus on :9090 is
 // left alone.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
 import { z } from "zod";
-import { freeLoopbackPort, startManagedProcess, waitUntilReady } from "./managedProcess.ts";
+import { freeLoopbackPort, startReadyServer } from "./managedProcess.ts";
 import { locateTool, type LocatedTool } from "./tools.ts";
 
 export const prometheusTool: LocatedTool = locateTool("prometheus", "apt-get install prometheus");
@@ -81,24 +81,13 @@ export async function startPrometheus(options: PrometheusOptions): Promise<Runni
   };
   const configPath = join(dir, "prometheus.yml");
   writeFileSync(configPath, stringify(config));
-  const server = startManagedProcess("prometheus", binary, [
+  const { url, server, stop } = await startReadyServer("prometheus", binary, [
     `--config.file=${configPath}`,
     `--storage.tsdb.path=${join(dir, "data")}`,
     `--web.listen-address=127.0.0.1:${port}`,
     "--enable-feature=exemplar-storage",
     "--log.level=warn",
-  ]);
-  const url = `http://127.0.0.1:${port}`;
-  const stop = async (): Promise<void> => {
-    await server.stop();
-    rmSync(dir, { recursive: true, force: true });
-  };
-  try {
-    await waitUntilReady(`${url}/-/ready`, server);
-  } catch (error) {
-    await stop();
-    throw error;
-  }
+  ], { port, dir });
 
   const query = async (expr: string): Promise<Sample[]> => {
     const response = await fetch(`${url}/api/v1/query`, {
