@@ -7,7 +7,7 @@ export interface ProcessInfo {
   pid: number;
   /** Kernel comm, at most 15 bytes: what the probe reports and metrics label. */
   comm: string;
-  /** argv joined by spaces. */
+  /** argv joined by spaces; "" when not read. */
   cmdline: string;
 }
 
@@ -16,13 +16,17 @@ export async function listPids(procRoot = "/proc"): Promise<number[]> {
   return entries.filter((name) => /^\d+$/.test(name)).map(Number);
 }
 
-/** Null when the process is gone or unreadable (it may exit while we read). */
-export async function readProcess(pid: number, procRoot = "/proc"): Promise<ProcessInfo | null> {
+/**
+ * Null when the process is gone or unreadable (it may exit while we read).
+ * The command line is read only when asked for: a rescan of every process
+ * every second should not read argv it does not match on.
+ */
+export async function readProcess(pid: number, procRoot = "/proc", withCmdline = true): Promise<ProcessInfo | null> {
   try {
     const dir = path.join(procRoot, String(pid));
     const [comm, cmdline] = await Promise.all([
       readFile(path.join(dir, "comm"), "utf8"),
-      readFile(path.join(dir, "cmdline"), "utf8"),
+      withCmdline ? readFile(path.join(dir, "cmdline"), "utf8") : Promise.resolve(""),
     ]);
     return { pid, comm: comm.replace(/\n$/, ""), cmdline: cmdline.replace(/\0+$/, "").replaceAll("\0", " ") };
   } catch {

@@ -29,7 +29,7 @@ export async function scanTargets(rules: TargetRules, procRoot = "/proc"): Promi
   const candidates = rules.comm || rules.cmdline ? await listPids(procRoot) : [...explicit];
   for (const pid of new Set([...candidates, ...explicit])) {
     if (rules.exclude(pid)) continue;
-    const info = await readProcess(pid, procRoot);
+    const info = await readProcess(pid, procRoot, rules.cmdline !== null);
     if (!info) continue;
     const source: TargetSource | null = explicit.has(pid)
       ? "pid"
