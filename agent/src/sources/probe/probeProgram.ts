@@ -3,7 +3,7 @@
 // from its first event; later changes go through the control channel.
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirAbove } from "../../installPaths.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 
 export type ProbeVariant = "sockets" | "syscalls";
@@ -67,14 +67,9 @@ export function chooseVariant(available = tracepointAvailable): ProbeVariant {
 }
 
 export function probesDir(): string {
-  // Source tree (agent/src/sources/probe) and build (dist/agent/src/sources/probe) both sit below the repo root.
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 6; i++) {
-    const candidate = path.join(dir, "probes");
-    if (existsSync(path.join(candidate, "apiserver_sockets.bt"))) return candidate;
-    dir = path.dirname(dir);
-  }
-  throw new Error("probe programs not found: expected a probes/ folder above the agent");
+  const root = dirAbove("probes/apiserver_sockets.bt");
+  if (root === null) throw new Error("probe programs not found: expected a probes/ folder above the agent");
+  return path.join(root, "probes");
 }
 
 export function programPath(variant: ProbeVariant): string {
