@@ -128,6 +128,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     },
     procRoot: config["proc-root"],
     metrics,
+    onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
     onChange: async ({ added, removed }) => {
       for (const t of added) {
         // Series exist from the first scrape, so rate() sees the first increment.
@@ -138,7 +139,12 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       // The next counter print carries their final values; then the kernel forgets them.
       if (removed.length) {
         setTimeout(() => {
-          for (const t of removed) void probe.forgetCounters(t.pid).then(() => counters.forget(t.pid));
+          for (const t of removed) {
+            probe.forgetCounters(t.pid).then(
+              () => counters.forget(t.pid),
+              (err: unknown) => log.warnRateLimited("forget-counters", "probe did not forget a removed target's counters", { error: String(err) }),
+            );
+          }
         }, 2500).unref();
       }
       // A pod none of whose processes is watched any more: drop its series.
@@ -265,8 +271,12 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       await kube.start();
       teardown.push(() => kube.stop());
       await followEndpoints(kube.apiservers());
-      kube.onApiservers((discovered) => void followEndpoints(discovered));
-      kube.onTargets(() => void targets.scan());
+      kube.onApiservers((discovered) => {
+        followEndpoints(discovered).catch((err: unknown) =>
+          log.warnRateLimited("endpoints", "apiserver endpoint change not applied", { error: String(err) }),
+        );
+      });
+      kube.onTargets(() => targets.requestScan());
     }
     await targets.scan();
     teardown.push(() => targets.stop());

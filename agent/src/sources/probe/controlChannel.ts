@@ -63,10 +63,14 @@ export class ControlChannel {
       this.receiver.bind(0, "127.0.0.1", () => resolve());
     });
     this.port = this.receiver.address().port;
+    // Send errors reach the send callback; anything else on these sockets must
+    // not become an unhandled 'error' event that stops the agent.
+    this.receiver.on("error", () => undefined);
     await new Promise<void>((resolve, reject) => {
       this.sender.once("error", reject);
       this.sender.connect(this.port, "127.0.0.1", () => resolve());
     });
+    this.sender.on("error", () => undefined);
   }
 
   /** Sends messages in order; a message never interleaves with another. */

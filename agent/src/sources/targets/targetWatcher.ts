@@ -26,6 +26,7 @@ export interface TargetWatcherOptions {
   onChange: (changes: TargetChanges) => Promise<void>;
   /** Targets found by another source (Kubernetes), with their identity; merged into every scan. */
   external?: () => { pid: number; identity: ProcessIdentity }[];
+  onError: (err: unknown) => void;
   /** Removed targets remembered for late events. */
   recentCapacity?: number;
 }
@@ -55,8 +56,17 @@ export class TargetWatcher {
     await this.scanning;
   }
 
+  /**
+   * A scan in the background (on the interval, or when Kubernetes says the
+   * pods changed): a failure (an unreadable /proc, a probe that did not take a
+   * change) is reported and the next scan tries again; it never stops the agent.
+   */
+  requestScan(): void {
+    this.scan().catch((err: unknown) => this.opts.onError(err));
+  }
+
   start(intervalMs: number): void {
-    this.timer = setInterval(() => void this.scan(), intervalMs);
+    this.timer = setInterval(() => this.requestScan(), intervalMs);
   }
 
   stop(): void {
