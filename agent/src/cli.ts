@@ -4,7 +4,7 @@
 // loadConfig() merges flags > env > file > defaults and validates.
 import { Command, Option } from "commander";
 import { ConfigError, configFromEnv, configFromFile, envName, loadConfig, type Config } from "./config.ts";
-import { createLogger } from "./sinks/log.ts";
+import { createLogger, type Logger } from "./sinks/log.ts";
 
 const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boolean; boolean?: boolean }[] = [
   { key: "target-pid", flag: "--target-pid <pid>", help: "watch this process (repeatable)", repeatable: true },
@@ -41,21 +41,31 @@ function addConfigFlags(command: Command): Command {
   return command;
 }
 
-/** The config from every source; exits with the error when it is invalid. */
-export function resolveConfig(opts: Record<string, unknown>): Config {
+/**
+ * The config from every source; throws ConfigError when it is invalid. The
+ * LOSTWRITE_* variables Kubernetes service links injected are ignored, with
+ * one warning on `log`.
+ */
+export function resolveConfig(opts: Record<string, unknown>, log: Pick<Logger, "warn">): Config {
   const flags: Record<string, unknown> = {};
   for (const f of FLAGS) if (opts[camel(f.key)] !== undefined) flags[f.key] = opts[camel(f.key)];
   const file = (opts.config as string | undefined) ?? process.env.LOSTWRITE_CONFIG;
+  const env = configFromEnv(process.env);
+  if (env.serviceLinks.length > 0) {
+    log.warn("ignoring LOSTWRITE_* variables set by Kubernetes service links (set enableServiceLinks: false in the pod spec)", {
+      variables: env.serviceLinks,
+    });
+  }
   return loadConfig([
     { name: file ? `config file "${file}"` : "config file", values: file ? configFromFile(file) : {} },
-    { name: "environment", values: configFromEnv(process.env) },
+    { name: "environment", values: env.values },
     { name: "flag", values: flags },
   ]);
 }
 
-function configOrExit(opts: Record<string, unknown>): Config {
+function configOrExit(opts: Record<string, unknown>, log: Logger): Config {
   try {
-    return resolveConfig(opts);
+    return resolveConfig(opts, log);
   } catch (err) {
     fail(err);
   }
@@ -72,8 +82,8 @@ const program = new Command("lostwrite")
 
 addConfigFlags(program.command("agent").description("run the node agent (the DaemonSet process)")).action(
   async (opts: Record<string, unknown>) => {
-    const config = configOrExit(opts);
     const log = createLogger(process.stderr);
+    const config = configOrExit(opts, log);
     const { startAgent } = await import("./pipeline.ts");
     let agent: Awaited<ReturnType<typeof startAgent>>;
     try {
@@ -98,7 +108,7 @@ addConfigFlags(program.command("agent").description("run the node agent (the Dae
 
 addConfigFlags(program.command("probe").description("print the rendered bpftrace program for the given targets")).action(
   async (opts: Record<string, unknown>) => {
-    const config = configOrExit(opts);
+    const config = configOrExit(opts, createLogger(process.stderr));
     const { renderProbeForConfig } = await import("./probeCommand.ts");
     process.stdout.write(await renderProbeForConfig(config));
   },

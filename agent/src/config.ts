@@ -2,6 +2,7 @@
 // Precedence: flags > env > file > defaults, merged in loadConfig(). Unknown
 // keys are rejected everywhere, and every error names the key and the value.
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import os from "node:os";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
@@ -69,18 +70,68 @@ export function envName(key: string): string {
   return `LOSTWRITE_${key.toUpperCase().replaceAll("-", "_")}`;
 }
 
-/** LOSTWRITE_* variables; one that names no key is an error, not silently ignored. */
-export function configFromEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
+// Kubernetes injects docker-links style variables for every Service with a
+// cluster IP in the pod's namespace (pkg/kubelet/envvars), unless the pod spec
+// sets enableServiceLinks: false. A Service named lostwrite or lostwrite-<x>
+// therefore puts LOSTWRITE_* variables into the agent's environment that name
+// no config key: <SVC>_SERVICE_HOST, <SVC>_SERVICE_PORT[_<PORT NAME>],
+// <SVC>_PORT and <SVC>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR], where <SVC> is
+// the Service name upper-cased with dashes as underscores. Both the name and
+// the value must have that shape; anything else is an unknown variable.
+const SVC = "LOSTWRITE(?:_[A-Z0-9_]*[A-Z0-9])?";
+const PORT_NAME = "[A-Z0-9]+(?:_[A-Z0-9]+)*";
+const PROTO = "TCP|UDP|SCTP";
+const PORT = /^\d{1,5}$/;
+const isIp = (value: string): boolean => isIP(value) !== 0;
+const isLinkUrl = (value: string, proto?: string, port?: string): boolean => {
+  const m = /^(tcp|udp|sctp):\/\/(\[[0-9a-fA-F:.]+\]|[^\s[\]]+):(\d{1,5})$/.exec(value);
+  if (!m) return false;
+  const host = m[2]!.replace(/^\[(.*)\]$/, "$1");
+  return isIp(host) && (proto === undefined || m[1] === proto.toLowerCase()) && (port === undefined || m[3] === port);
+};
+const SERVICE_LINK_PATTERNS: { name: RegExp; value: (value: string, m: RegExpExecArray) => boolean }[] = [
+  { name: new RegExp(`^${SVC}_SERVICE_HOST$`), value: isIp },
+  { name: new RegExp(`^${SVC}_SERVICE_PORT(?:_${PORT_NAME})?$`), value: (v) => PORT.test(v) },
+  { name: new RegExp(`^${SVC}_PORT$`), value: (v) => isLinkUrl(v) },
+  { name: new RegExp(`^${SVC}_PORT_(\\d{1,5})_(${PROTO})$`), value: (v, m) => isLinkUrl(v, m[2], m[1]) },
+  { name: new RegExp(`^${SVC}_PORT_\\d{1,5}_(${PROTO})_PROTO$`), value: (v, m) => v === m[1]!.toLowerCase() },
+  { name: new RegExp(`^${SVC}_PORT_(\\d{1,5})_(?:${PROTO})_PORT$`), value: (v, m) => v === m[1] },
+  { name: new RegExp(`^${SVC}_PORT_\\d{1,5}_(?:${PROTO})_ADDR$`), value: isIp },
+];
+
+/** Whether NAME=VALUE has the shape of a variable Kubernetes service links inject. */
+export function isServiceLinkVariable(name: string, value: string): boolean {
+  return SERVICE_LINK_PATTERNS.some(({ name: pattern, value: valid }) => {
+    const m = pattern.exec(name);
+    return m !== null && valid(value, m);
+  });
+}
+
+export interface EnvConfig {
+  /** Config keys and their values. */
+  values: Record<string, unknown>;
+  /** Variables ignored because Kubernetes service links set them: the caller logs them. */
+  serviceLinks: string[];
+}
+
+/**
+ * LOSTWRITE_* variables. One that names no key is an error, not silently
+ * ignored, except one that service links injected, which is returned in
+ * `serviceLinks` for the caller to warn about.
+ */
+export function configFromEnv(env: NodeJS.ProcessEnv): EnvConfig {
   const byName = new Map(CONFIG_KEYS.map((key) => [envName(key), key]));
-  const out: Record<string, unknown> = {};
+  const values: Record<string, unknown> = {};
+  const serviceLinks: string[] = [];
   for (const [name, value] of Object.entries(env)) {
     if (!name.startsWith("LOSTWRITE_") || value === undefined) continue;
     if (name === "LOSTWRITE_CONFIG") continue;
     const key = byName.get(name);
-    if (!key) throw new ConfigError(`environment: unknown variable ${name}="${value}"`);
-    out[key] = value;
+    if (key) values[key] = value;
+    else if (isServiceLinkVariable(name, value)) serviceLinks.push(name);
+    else throw new ConfigError(`environment: unknown variable ${name}="${value}"`);
   }
-  return out;
+  return { values, serviceLinks: serviceLinks.sort() };
 }
 
 export function configFromFile(file: string): Record<string, unknown> {

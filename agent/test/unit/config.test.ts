@@ -1,12 +1,15 @@
 // One schema for flags, env and file: precedence, rejection of unknown keys,
 // errors that name the key and the value, and the shipped files validate.
+// LOSTWRITE_* variables that Kubernetes service links inject (the kubelet's
+// docker-links names and value shapes, pkg/kubelet/envvars) are returned as
+// ignored instead of aborting start-up; anything else unknown still throws.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
 import { parse as parseYaml } from "yaml";
-import { ConfigError, configFromEnv, configFromFile, configSchema, loadConfig } from "../../src/config.ts";
+import { CONFIG_KEYS, ConfigError, configFromEnv, configFromFile, configSchema, envName, isServiceLinkVariable, loadConfig } from "../../src/config.ts";
 
 const repo = (p: string): string => new URL(`../../../${p}`, import.meta.url).pathname;
 
@@ -14,7 +17,7 @@ describe("config", () => {
   it("merges flags over env over file over defaults", () => {
     const config = loadConfig([
       { name: "config file", values: { listen: "127.0.0.1:1", "otlp-listen": "127.0.0.1:2", "correlation-window": "3s" } },
-      { name: "environment", values: configFromEnv({ LOSTWRITE_LISTEN: "127.0.0.1:10", LOSTWRITE_APISERVER: "10.0.0.1:443,[fd00::1]:6443" }) },
+      { name: "environment", values: configFromEnv({ LOSTWRITE_LISTEN: "127.0.0.1:10", LOSTWRITE_APISERVER: "10.0.0.1:443,[fd00::1]:6443" }).values },
       { name: "flag", values: { listen: "127.0.0.1:100", "target-pid": ["12", "13"] } },
     ]);
     assert.equal(config.listen, "127.0.0.1:100");
@@ -32,6 +35,70 @@ describe("config", () => {
       return true;
     });
     assert.throws(() => configFromEnv({ LOSTWRITE_TARGETS: "1" }), /unknown variable LOSTWRITE_TARGETS="1"/);
+  });
+
+  it("ignores, and returns for a warning, the variables service links inject for Services named lostwrite…", () => {
+    // What the kubelet sets for a Service "lostwrite" (ClusterIP 10.96.12.34,
+    // ports "metrics" 9470/TCP and "otlp-http" 4318/TCP), one
+    // "lostwrite-metrics" (IPv6 ClusterIP, one unnamed UDP port; the URL in
+    // the bracketed form of current kubelets and the bare form of old ones)
+    // and one "lostwrite-otlp-v2" with an SCTP port.
+    const injected = {
+      LOSTWRITE_SERVICE_HOST: "10.96.12.34",
+      LOSTWRITE_SERVICE_PORT: "9470",
+      LOSTWRITE_SERVICE_PORT_METRICS: "9470",
+      LOSTWRITE_SERVICE_PORT_OTLP_HTTP: "4318",
+      LOSTWRITE_PORT: "tcp://10.96.12.34:9470",
+      LOSTWRITE_PORT_9470_TCP: "tcp://10.96.12.34:9470",
+      LOSTWRITE_PORT_9470_TCP_PROTO: "tcp",
+      LOSTWRITE_PORT_9470_TCP_PORT: "9470",
+      LOSTWRITE_PORT_9470_TCP_ADDR: "10.96.12.34",
+      LOSTWRITE_PORT_4318_TCP: "tcp://10.96.12.34:4318",
+      LOSTWRITE_METRICS_SERVICE_HOST: "fd00::12",
+      LOSTWRITE_METRICS_SERVICE_PORT: "9470",
+      LOSTWRITE_METRICS_PORT: "udp://[fd00::12]:9470",
+      LOSTWRITE_METRICS_PORT_9470_UDP: "udp://fd00::12:9470",
+      LOSTWRITE_METRICS_PORT_9470_UDP_PROTO: "udp",
+      LOSTWRITE_METRICS_PORT_9470_UDP_PORT: "9470",
+      LOSTWRITE_METRICS_PORT_9470_UDP_ADDR: "fd00::12",
+      LOSTWRITE_OTLP_V2_PORT_4318_SCTP_PROTO: "sctp",
+    };
+    const env = configFromEnv({ ...injected, LOSTWRITE_LISTEN: "0.0.0.0:9470", KUBERNETES_SERVICE_HOST: "10.96.0.1" });
+    assert.deepEqual(env.values, { listen: "0.0.0.0:9470" });
+    assert.deepEqual(env.serviceLinks, Object.keys(injected).sort());
+    assert.deepEqual(configFromEnv({ LOSTWRITE_LISTEN: "0.0.0.0:9470" }).serviceLinks, []);
+  });
+
+  it("still rejects unknown variables that only look like service links", () => {
+    const cases: Record<string, string> = {
+      // Right name, wrong value: not what the kubelet writes.
+      LOSTWRITE_SERVICE_HOST: "lostwrite.example",
+      LOSTWRITE_SERVICE_PORT: "http",
+      LOSTWRITE_PORT: "9470",
+      LOSTWRITE_PORT_9470_TCP: "tcp://10.96.12.34:4318",
+      LOSTWRITE_PORT_9470_TCP_PROTO: "udp",
+      LOSTWRITE_PORT_9470_TCP_PORT: "9471",
+      LOSTWRITE_PORT_9470_TCP_ADDR: "tcp://10.96.12.34:9470",
+      // Names the kubelet never builds.
+      LOSTWRITE_PORT_9470_HTTP: "tcp://10.96.12.34:9470",
+      LOSTWRITE_SERVICE_ADDR: "10.96.12.34",
+      LOSTWRITE__SERVICE_HOST: "10.96.12.34",
+      LOSTWRITE_OTLP_PORT_NUMBER: "4318",
+      LOSTWRITE_LISTEN_ADDR: "0.0.0.0:9470",
+    };
+    for (const [name, value] of Object.entries(cases)) {
+      assert.equal(isServiceLinkVariable(name, value), false, `${name}=${value}`);
+      assert.throws(() => configFromEnv({ [name]: value }), new RegExp(`unknown variable ${name}="${value.replace(/[.[\]]/g, "\\$&")}"`));
+    }
+  });
+
+  it("no config key's variable can be mistaken for a service link", () => {
+    for (const key of CONFIG_KEYS) {
+      const name = envName(key);
+      for (const value of ["10.0.0.1", "9470", "tcp://10.0.0.1:9470", "tcp"]) {
+        assert.equal(isServiceLinkVariable(name, value), false, `${name}=${value}`);
+      }
+    }
   });
 
   it("says which key and value are wrong", () => {
