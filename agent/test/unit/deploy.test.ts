@@ -10,7 +10,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readFile, readdir } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { execa } from "execa";
 import { isSeq, parseAllDocuments, parseDocument, type Scalar } from "yaml";
@@ -50,6 +50,12 @@ const skipReason = existsSync(KUBECTL) ? null : `${KUBECTL} not found: cannot re
 async function render(dir: string): Promise<K8sObject[]> {
   const { stdout } = await execa(KUBECTL, ["kustomize", dir], { cwd: ROOT });
   return parseAllDocuments(stdout).map((d) => d.toJS() as K8sObject);
+}
+
+/** deploy/base and every overlay under deploy/overlays. */
+async function kustomizations(): Promise<string[]> {
+  const overlays = await readdir(`${ROOT}deploy/overlays`, { withFileTypes: true });
+  return ["deploy/base", ...overlays.filter((d) => d.isDirectory()).map((d) => `deploy/overlays/${d.name}`)];
 }
 
 function find<T>(objects: K8sObject[], kind: string): T {
@@ -96,6 +102,9 @@ void test("the DaemonSet asks for exactly the privileges it justifies", { skip: 
   assert.notEqual(pod.hostPID, true, "hostPID: the host's /proc is mounted read-only instead");
   assert.notEqual(pod.hostNetwork, true);
   assert.notEqual(pod.hostIPC, true);
+  // Service links would inject LOSTWRITE_* variables (config.ts ignores them
+  // with a warning; this keeps them out in the first place).
+  assert.equal(pod.enableServiceLinks, false, "enableServiceLinks: false");
   assert.equal(pod.containers.length, 1);
   const c = pod.containers[0];
   assert.ok(c);
@@ -169,6 +178,22 @@ void test("the namespace alone is Pod Security privileged", { skip: skipReason ?
   const ns = find<K8sObject>(await render("deploy/base"), "Namespace");
   assert.equal(ns.metadata.name, "lostwrite");
   assert.equal(ns.metadata.labels?.["pod-security.kubernetes.io/enforce"], "privileged");
+});
+
+// The agent's namespace/pod/container labels name the watched operator: a
+// scrape without honorLabels renames them exported_* and blames the agent pod.
+void test("every scrape config honours the agent's namespace, pod and container labels", { skip: skipReason ?? false }, async () => {
+  for (const dir of await kustomizations()) {
+    const objects = await render(dir);
+    const scrapes = objects.filter((o) => o.kind === "ServiceMonitor" || o.kind === "PodMonitor");
+    if (dir === "deploy/base") assert.equal(scrapes.length, 1, "the base ships one ServiceMonitor");
+    for (const o of scrapes) {
+      const { spec } = o as unknown as { spec: { endpoints?: { honorLabels?: boolean }[]; podMetricsEndpoints?: { honorLabels?: boolean }[] } };
+      const endpoints = spec.endpoints ?? spec.podMetricsEndpoints ?? [];
+      assert.ok(endpoints.length > 0, `${dir}: ${o.kind}/${o.metadata.name} has endpoints`);
+      for (const e of endpoints) assert.equal(e.honorLabels, true, `${dir}: ${o.kind}/${o.metadata.name} honorLabels`);
+    }
+  }
 });
 
 void test("the kube-prometheus-stack overlay labels the ServiceMonitor and PrometheusRule for its release", { skip: skipReason ?? false }, async () => {
