@@ -206,14 +206,20 @@ void test("the kube-prometheus-stack overlay labels the ServiceMonitor and Prome
   assert.deepEqual(monitor.spec.endpoints.map((e) => e.port), service.spec.ports.map((p) => p.name));
 });
 
-void test("the image runs the built JavaScript on Node 24 slim with a pinned bpftrace", async () => {
+void test("the image runs the built JavaScript through the lostwrite command on Node 24 slim with a pinned bpftrace", async () => {
   const dockerfile = await readFile(`${ROOT}deploy/Dockerfile`, "utf8");
   const froms = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((m) => m[1]);
   assert.ok(froms.length > 0 && froms.every((f) => /^node:24-[a-z]+-slim\b/.test(f ?? "")), froms.join(", "));
   assert.match(dockerfile, /BPFTRACE_VERSION=\d+\.\d+\.\d+-\d+/);
   assert.match(dockerfile, /"bpftrace=\$\{BPFTRACE_VERSION\}"/);
   assert.match(dockerfile, /npm ci --omit=dev/);
-  assert.match(dockerfile, /ENTRYPOINT \["node", "dist\/agent\/src\/cli\.js"\]/);
+  // The entrypoint is the documented `lostwrite` command, which runs dist/ in the image.
+  assert.match(dockerfile, /^COPY agent\/bin \.\/agent\/bin$/m);
+  assert.match(dockerfile, /ln -s \/app\/agent\/bin\/lostwrite\.js \/usr\/local\/bin\/lostwrite\b/);
+  assert.match(dockerfile, /^WORKDIR \/app$/m);
+  assert.match(dockerfile, /ENTRYPOINT \["lostwrite"\]/);
+  assert.match(await readFile(`${ROOT}agent/bin/lostwrite.js`, "utf8"), /"\.\.\/\.\.\/dist\/agent\/src\/cli\.js"/);
+  assert.match(await readFile(`${ROOT}.dockerignore`, "utf8"), /^!agent\/bin\/\*\*$/m);
   assert.match(dockerfile, /CMD \["agent", "--kubernetes"\]/);
   assert.match(await readFile(`${ROOT}tsconfig.build.json`, "utf8"), /"outDir": "dist"/);
 });
