@@ -37,6 +37,9 @@ import { DeadConnectionEchoes, errnoName, judge, syscallName } from "./sources/p
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
+import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
+import { RecentPids } from "./sources/targets/recentPids.ts";
+import { newProgramsCanMatch } from "./sources/targets/targetRules.ts";
 import { TargetWatcher } from "./sources/targets/targetWatcher.ts";
 import { openRecordWriter } from "./sources/record/writer.ts";
 import { AGENT_VERSION } from "./version.ts";
@@ -118,19 +121,25 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       })
     : null;
 
+  // Host pids, also in a pod: what bpftrace reports and the host /proc lists.
+  const self = readAgentIdentity(config["proc-root"]);
   const targets = new TargetWatcher({
     external: () => kube?.targets() ?? [],
+    externalExec: (pid, comm) => kube?.admitExec(pid, comm) ?? null,
     rules: {
       pids: config["target-pid"],
       comm: config["target-comm"] ? new RegExp(config["target-comm"]) : null,
       cmdline: config["target-cmdline"] ? new RegExp(config["target-cmdline"]) : null,
-      exclude: (pid) => pid === process.pid || pid === process.ppid,
+      exclude: (pid) => pid === self.hostPid || pid === self.hostPpid,
     },
     procRoot: config["proc-root"],
     metrics,
     onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
     onChange: async ({ added, removed }) => {
       for (const t of added) {
+        // A process rejected at its exec may become a target later (moved into
+        // a watched container's cgroup): its lines count from now on.
+        notTargets.delete(t.pid);
         // Series exist from the first scrape, so rate() sees the first increment.
         initWorkloadSeries(metrics, workloadLabels(t.identity));
         await probe.addTarget(t.pid);
@@ -211,13 +220,46 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     consume: (spans) => correlator.addSpans(spans),
   });
 
+  // With rules that can match a program started later, the probe traces every
+  // exec at once and asks; a process that is not a target is dropped again.
+  const execWatch = newProgramsCanMatch(config);
+  const notTargets = new RecentPids(4096);
+  const admit = (record: ProbeRecord): boolean => {
+    if (record.type === "exec") {
+      if (targets.admitExec(record.pid, record.comm)) {
+        notTargets.delete(record.pid);
+      } else {
+        notTargets.add(record.pid);
+        probe.removeTarget(record.pid).then(
+          () => probe.forgetCounters(record.pid),
+          (err: unknown) => log.warnRateLimited("exec-decision", "probe did not drop a process that is not a target", { error: String(err) }),
+        );
+      }
+      return true;
+    }
+    if (record.type === "counters") {
+      record.entries = record.entries.filter(({ key }) => !notTargets.has(key[0]!));
+      return true;
+    }
+    if ("pid" in record && notTargets.has(record.pid)) {
+      metrics.eventsDropped.inc({ stage: "targets", reason: "not_a_target" });
+      return false;
+    }
+    return true;
+  };
+
   const probe = new BpftraceSupervisor({
     variant,
     bpftrace: config.bpftrace,
     metrics,
     log,
-    state: () => ({ targets: targets.pids(), endpoints }),
-    onRecord: (record) => probeToCorrelator.push(record),
+    agentHostPid: self.hostPid,
+    state: () => ({ targets: targets.pids(), endpoints, execWatch }),
+    onRecord: (record) => {
+      if (!admit(record)) return false;
+      probeToCorrelator.push(record);
+      return true;
+    },
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
     onInstance: () => counters.reset(),
   });
@@ -246,7 +288,12 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     const server: http.Server = await startHttpServer({
       ...listen,
       metrics,
-      ready: () => (probe.ready ? { ok: true, reason: "probe attached" } : { ok: false, reason: "probe not attached" }),
+      ready: () =>
+        !probe.ready
+          ? { ok: false, reason: "probe not attached" }
+          : !probe.controlHealthy
+            ? { ok: false, reason: "probe did not acknowledge a target or endpoint change" }
+            : { ok: true, reason: "probe attached" },
     });
     teardown.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
     feed = attachEventFeed(server, { replayCapacity: 1000, maxBufferedBytes: 1 << 20, metrics });

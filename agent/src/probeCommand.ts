@@ -3,7 +3,7 @@
 import type { Config } from "./config.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { chooseVariant, renderProgram } from "./sources/probe/probeProgram.ts";
-import { scanTargets } from "./sources/targets/targetRules.ts";
+import { newProgramsCanMatch, scanTargets } from "./sources/targets/targetRules.ts";
 
 export async function renderProbeForConfig(config: Config): Promise<string> {
   const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
@@ -19,5 +19,12 @@ export async function renderProbeForConfig(config: Config): Promise<string> {
   const header =
     `// Rendered by lostwrite for ${targets.size} target(s) and ${config.apiserver.length} apiserver endpoint(s).\n` +
     `// Run: bpftrace -f json <this file> 0 0   (0 0 disables the agent's control channel)\n`;
-  return header + renderProgram(variant, { targets: targets.keys(), endpoints: config.apiserver.map(parseEndpoint) });
+  return (
+    header +
+    renderProgram(variant, {
+      targets: targets.keys(),
+      endpoints: config.apiserver.map(parseEndpoint),
+      execWatch: newProgramsCanMatch(config),
+    })
+  );
 }

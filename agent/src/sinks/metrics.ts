@@ -24,7 +24,7 @@ export const SPAN_REJECT_REASONS = [
   "queue_full",
   "method_not_allowed",
 ] as const;
-export const DROP_REASONS = ["queue_full", "capacity", "slow_client", "expired", "invalid", "upstream_error", "write_error"] as const;
+export const DROP_REASONS = ["queue_full", "capacity", "slow_client", "expired", "invalid", "upstream_error", "write_error", "not_a_target"] as const;
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
 
 /** Keeps a label value inside its closed set. */
@@ -96,6 +96,11 @@ export class AgentMetrics {
     labelNames: ["reason"],
     registers: [this.registry],
   });
+  readonly probeControlFailures = new Counter({
+    name: "lostwrite_probe_control_failures_total",
+    help: "Target or endpoint changes the probe did not acknowledge after every retry.",
+    registers: [this.registry],
+  });
   readonly probeEventsLost = new Counter({
     name: "lostwrite_probe_events_lost_total",
     help: "Events the kernel dropped before bpftrace read them.",
@@ -160,6 +165,7 @@ export class AgentMetrics {
     for (const source of TARGET_SOURCES) this.targets.set({ source }, 0);
     this.probeUp.set(0);
     this.probeEventsLost.inc(0);
+    this.probeControlFailures.inc(0);
     this.probeParseErrors.inc(0);
     this.spansReceived.inc(0);
   }

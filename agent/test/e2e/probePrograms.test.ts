@@ -12,14 +12,18 @@ import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelReq
 
 describe("probe programs", { skip: skipWithoutKernel() }, () => {
   for (const variant of PROBE_VARIANTS) {
-    it(`${variant}: dry-run compiles with bpftrace -d`, () => {
+    it(`${variant}: dry-run compiles with bpftrace -d, also watching execs`, () => {
       assertKernelRequirements();
       const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bt-"));
       try {
         const file = path.join(dir, `${variant}.bt`);
         writeFileSync(
           file,
-          renderProgram(variant, { targets: [1, 4194304], endpoints: ["10.96.0.1:443", "[fd00::1]:6443"].map(parseEndpoint) }),
+          renderProgram(variant, {
+            targets: [1, 4194304],
+            endpoints: ["10.96.0.1:443", "[fd00::1]:6443"].map(parseEndpoint),
+            execWatch: true,
+          }),
         );
         const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20 });
         assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);

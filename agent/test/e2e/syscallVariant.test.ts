@@ -309,8 +309,12 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
       metrics,
       log: { info: () => undefined, warn: (msg, fields) => warnings.push(`${msg} ${JSON.stringify(fields)}`) },
       state: () => state,
-      onRecord: (record) => records.push(record),
+      onRecord: (record) => {
+        records.push(record);
+        return true;
+      },
       onInstance: () => undefined,
+      agentHostPid: process.pid,
       readyTimeoutMs: 60000,
     });
     await Promise.all([supervisor.start(), actorsStarted, listening.then((l) => (listener = l))]);

@@ -1,9 +1,16 @@
 // Runs bpftrace and keeps it running: readiness waits for the program's
 // `hello` (printed by BEGIN, i.e. after every probe attached); a bpftrace that
-// exits or stops beating is restarted with backoff and jitter, re-rendered
-// with the current state so a restart never forgets a target. bpftrace is
-// started under `setpriv --pdeathsig KILL`, so the kernel kills it when the
-// agent dies, even by SIGKILL: a killed agent leaves no probe behind.
+// exits or stops beating is restarted, re-rendered with the current state so
+// a restart never forgets a target: at once after a healthy run, with growing
+// backoff and jitter only in a crash loop. bpftrace is started under
+// `setpriv --pdeathsig KILL`, so the kernel kills it when the agent dies, even
+// by SIGKILL: a killed agent leaves no probe behind.
+//
+// Changes (targets, endpoints) go through the control channel and count only
+// when the probe acknowledges them: an unacknowledged message is sent again,
+// and one that is never acknowledged is counted and makes /readyz fail.
+// Changes made while bpftrace is not attached wait and are sent, in order,
+// once it is.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -26,11 +33,19 @@ export interface SupervisorOptions {
   log: Log;
   /** The current targets and endpoints, read at every (re)start. */
   state: () => ProbeState;
-  onRecord: (record: ProbeRecord) => void;
-  /** Every raw stdout line, before parsing (for `--record`). */
+  /** Every record the supervisor does not consume itself; false: dropped (not recorded either). */
+  onRecord: (record: ProbeRecord) => boolean;
+  /** Every raw stdout line kept (for `--record`): the unparsable ones and those onRecord kept. */
   onLine?: (line: string) => void;
   /** A new bpftrace instance started: its counters start at zero. */
   onInstance: () => void;
+  /** The agent's pid as the kernel sees it (the host pid, also in a pod). */
+  agentHostPid: number;
+  /** How long to wait for one acknowledgement, and how often to send a message before giving up. */
+  ackTimeoutMs?: number;
+  ackAttempts?: number;
+  /** A run attached at least this long was healthy: its restart is immediate. */
+  healthyRunMs?: number;
   heartbeatTimeoutMs?: number;
   readyTimeoutMs?: number;
   maxBackoffMs?: number;
@@ -51,13 +66,27 @@ export class BpftraceSupervisor {
   private seq = 0;
   private readonly exited = new WeakSet<ResultPromise>();
   private readonly killedForSilence = new WeakSet<ResultPromise>();
-  private startedAt = 0;
-  private readonly acks = new Map<number, () => void>();
+  private attachedAt = 0;
+  private readonly acks = new Map<number, (acknowledged: boolean) => void>();
   private readyWaiters: (() => void)[] = [];
+  /** Messages waiting for an attached probe, oldest first (bounded: see sendConfirmed()). */
+  private pending: { lengths: number[]; done: () => void }[] = [];
+  private flushing: Promise<void> | null = null;
+  private spawned = false;
   ready = false;
+  /** False once a change was not acknowledged after every retry, until one is. */
+  controlHealthy = true;
 
   constructor(opts: SupervisorOptions) {
-    this.opts = { heartbeatTimeoutMs: 5000, readyTimeoutMs: 60000, maxBackoffMs: 30000, ...opts };
+    this.opts = {
+      heartbeatTimeoutMs: 5000,
+      readyTimeoutMs: 60000,
+      maxBackoffMs: 30000,
+      ackTimeoutMs: 1000,
+      ackAttempts: 3,
+      healthyRunMs: 500,
+      ...opts,
+    };
   }
 
   async start(): Promise<void> {
@@ -95,26 +124,84 @@ export class BpftraceSupervisor {
     await this.sendConfirmed(kernelKeys(endpoint).flatMap((key) => endpointMessage(present, key)));
   }
 
-  private async sendConfirmed(lengths: number[]): Promise<void> {
-    // Not attached: nothing to tell; the next start renders the current state.
-    if (!this.ready) return;
-    const seq = ++this.seq;
-    const acked = new Promise<void>((resolve) => this.acks.set(seq, resolve));
-    await this.control.send([...lengths, ...encodeControl(ControlOp.ack, BigInt(seq))]);
-    const timeout = new Promise<void>((resolve) =>
-      setTimeout(() => {
-        if (this.acks.delete(seq)) this.opts.log.warn("probe did not acknowledge a control message", { seq });
-        resolve();
-      }, 3000).unref(),
-    );
-    await Promise.race([acked, timeout]);
+  /**
+   * Resolves once the probe applied the message, or once it was given up on
+   * (counted, and /readyz fails). While bpftrace is not attached the message
+   * waits; the instance that attaches next applies it.
+   */
+  private sendConfirmed(lengths: number[]): Promise<void> {
+    // Before the first start there is nothing to tell: the first program is
+    // rendered with the state as it is then.
+    if (!this.spawned) return Promise.resolve();
+    return new Promise((done) => {
+      // Far more changes than any node has targets means the probe has been
+      // down a long time: the oldest are dropped, counted (the next start
+      // renders the current state anyway, so nothing stays wrong).
+      if (this.pending.length >= 4096) {
+        this.opts.metrics.eventsDropped.inc({ stage: "probeControl", reason: "capacity" });
+        this.pending.shift()!.done();
+      }
+      this.pending.push({ lengths, done });
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    if (!this.ready || this.flushing) return;
+    this.flushing = (async () => {
+      while (this.ready && this.pending.length) {
+        const message = this.pending[0]!;
+        const applied = await this.deliver(message.lengths);
+        // Detached meanwhile: the message waits for the next instance.
+        if (!applied && !this.ready) break;
+        this.pending.shift();
+        message.done();
+      }
+    })().finally(() => {
+      this.flushing = null;
+      if (this.ready && this.pending.length) this.flush();
+    });
+  }
+
+  /** True once acknowledged; false if given up on or the probe detached. */
+  private async deliver(lengths: number[]): Promise<boolean> {
+    for (let attempt = 1; attempt <= this.opts.ackAttempts && this.ready; attempt++) {
+      const seq = ++this.seq;
+      let timer: NodeJS.Timeout | undefined;
+      const acked = new Promise<boolean>((resolve) => {
+        this.acks.set(seq, resolve);
+        timer = setTimeout(() => resolve(false), this.opts.ackTimeoutMs);
+      });
+      try {
+        await this.control.send([...lengths, ...encodeControl(ControlOp.ack, BigInt(seq))]);
+      } catch (err) {
+        this.opts.log.warn("control message not sent", { seq, error: String(err) });
+      }
+      const ok = await acked;
+      clearTimeout(timer);
+      this.acks.delete(seq);
+      if (ok && this.ready) {
+        if (!this.controlHealthy) this.opts.log.info("probe acknowledges control messages again", { seq });
+        this.controlHealthy = true;
+        return true;
+      }
+      if (this.ready) this.opts.log.warn("probe did not acknowledge a control message; sending it again", { seq, attempt });
+    }
+    if (!this.ready) return false;
+    this.controlHealthy = false;
+    this.opts.metrics.probeControlFailures.inc();
+    this.opts.log.warn("probe never acknowledged a control message: a target or endpoint change may be missing in the kernel", {
+      attempts: this.opts.ackAttempts,
+    });
+    return false;
   }
 
   private spawn(): void {
+    this.spawned = true;
     const program = renderProgram(this.opts.variant, this.opts.state());
     const file = path.join(this.workDir, "program.bt");
     writeFileSync(file, program);
-    const args = ["--pdeathsig", "KILL", this.opts.bpftrace, "-f", "json", file, String(process.pid), String(this.control.port)];
+    const args = ["--pdeathsig", "KILL", this.opts.bpftrace, "-f", "json", file, String(this.opts.agentHostPid), String(this.control.port)];
     const child = execa("setpriv", args, {
       buffer: false,
       reject: false,
@@ -123,7 +210,7 @@ export class BpftraceSupervisor {
     });
     this.child = child;
     this.lastBeat = Date.now();
-    this.startedAt = Date.now();
+    this.attachedAt = 0;
     this.opts.onInstance();
     void this.readStdout(child);
     void this.readStderr(child);
@@ -151,9 +238,9 @@ export class BpftraceSupervisor {
 
   private onLine(line: string): void {
     if (!line.trim()) return;
-    this.opts.onLine?.(line);
     const parsed = parseProbeLine(line);
     if (!parsed.ok) {
+      this.opts.onLine?.(line);
       this.opts.metrics.probeParseErrors.inc();
       this.opts.log.warn("unparsable probe output", { error: parsed.error });
       return;
@@ -161,25 +248,25 @@ export class BpftraceSupervisor {
     const record = parsed.record;
     if (record.type === "hello") {
       this.lastBeat = Date.now();
+      this.attachedAt = Date.now();
       this.ready = true;
       this.opts.metrics.probeUp.set(1);
       for (const waiter of this.readyWaiters.splice(0)) waiter();
+      this.flush();
     } else if (record.type === "tick") {
       this.lastBeat = Date.now();
     } else if (record.type === "ack") {
-      this.acks.get(record.seq)?.();
+      this.acks.get(record.seq)?.(true);
       this.acks.delete(record.seq);
       return;
     } else if (record.type === "lost") {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
-    this.opts.onRecord(record);
+    if (this.opts.onRecord(record)) this.opts.onLine?.(line);
   }
 
   private checkHeartbeat(): void {
     if (!this.ready || this.stopping) return;
-    // A minute of healthy running resets the backoff.
-    if (Date.now() - this.startedAt > 60000) this.restarts = 0;
     if (Date.now() - this.lastBeat > this.opts.heartbeatTimeoutMs) {
       this.opts.log.warn("bpftrace stopped beating; restarting", { silentMs: Date.now() - this.lastBeat });
       this.opts.metrics.probeRestarts.inc({ reason: "heartbeat_missed" });
@@ -195,15 +282,21 @@ export class BpftraceSupervisor {
     if (child !== this.child) return;
     this.ready = false;
     this.opts.metrics.probeUp.set(0);
-    for (const resolve of this.acks.values()) resolve();
+    for (const resolve of this.acks.values()) resolve(false);
     this.acks.clear();
     if (this.stopping) return;
     // A bpftrace the watchdog killed was counted as heartbeat_missed already.
     if (!this.killedForSilence.has(child)) this.opts.metrics.probeRestarts.inc({ reason: "exited" });
-    const backoff = Math.min(this.opts.maxBackoffMs, 1000 * 2 ** Math.min(this.restarts, 5));
+    // An instance that attached and ran was healthy: something killed it (an
+    // OOM kill, an operator's pkill), so it comes back at once; every second
+    // blind is a second of lost writes nobody counts. Only instances that die
+    // before attaching, or right after, are a crash loop worth backing off.
+    const healthy = this.attachedAt > 0 && Date.now() - this.attachedAt >= this.opts.healthyRunMs;
+    if (healthy) this.restarts = 0;
+    const backoff = healthy ? 200 : Math.min(this.opts.maxBackoffMs, 1000 * 2 ** Math.min(this.restarts, 5));
     const delay = backoff / 2 + Math.random() * (backoff / 2);
-    this.restarts++;
-    this.opts.log.warn("bpftrace exited; restarting", { code, signal, inMs: Math.round(delay) });
+    if (!healthy) this.restarts++;
+    this.opts.log.warn("bpftrace exited; restarting", { code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
     this.restartTimer = setTimeout(() => {
       try {
         this.spawn();
@@ -225,6 +318,7 @@ export class BpftraceSupervisor {
       await child;
       clearTimeout(killer);
     }
+    for (const message of this.pending.splice(0)) message.done();
     this.control.close();
     rmSync(this.workDir, { recursive: true, force: true });
   }

@@ -37,6 +37,7 @@ export type ProbeRecord =
       addr: string;
       comm: string;
     }
+  | { type: "exec"; ts: bigint; pid: number; cgroup: bigint; comm: string }
   | { type: "ack"; seq: number }
   | { type: "tick"; ts: bigint }
   | { type: "counters"; map: CounterMap; entries: { key: number[]; value: bigint }[] }
@@ -145,6 +146,12 @@ function parsePrintf(text: string): ParseResult {
       const f = fields(text, 1);
       if (!f) return bad();
       return { ok: true, record: { type: "ack", seq: n(f.nums[0]!) } };
+    }
+    case "exec": {
+      const f = fields(text, 3, 0, true);
+      if (!f) return bad();
+      const [ts, pid, cgroup] = f.nums as [string, string, string];
+      return { ok: true, record: { type: "exec", ts: BigInt(ts), pid: n(pid), cgroup: BigInt(cgroup), comm: f.rest } };
     }
     case "send": {
       const f = fields(text, 6, 1, true);

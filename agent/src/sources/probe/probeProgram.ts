@@ -12,6 +12,8 @@ export const PROBE_VARIANTS = ["sockets", "syscalls"] as const;
 export interface ProbeState {
   targets: Iterable<number>;
   endpoints: Iterable<EndpointKey>;
+  /** Rules can match a program that starts later: trace every exec until user space decides. */
+  execWatch?: boolean;
 }
 
 const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -82,6 +84,7 @@ export function renderProgram(variant: ProbeVariant, state: ProbeState): string 
   const source = readFileSync(programPath(variant), "utf8");
   if (!source.includes(MARKER)) throw new Error(`${programPath(variant)} lacks the "${MARKER}" line`);
   const lines: string[] = [];
+  if (state.execWatch) lines.push("@exec_watch = 1;");
   for (const pid of [...state.targets].sort((a, b) => a - b)) lines.push(`@targets[(uint64)${pid}] = 1;`);
   for (const endpoint of state.endpoints) {
     for (const key of kernelKeys(endpoint)) {

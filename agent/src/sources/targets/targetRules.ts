@@ -17,6 +17,15 @@ export interface TargetRules {
   exclude: (pid: number) => boolean;
 }
 
+/**
+ * Whether a program started later can be a target (a comm or cmdline rule,
+ * or Kubernetes pods): then the probe traces every exec at once and the agent
+ * decides, so no process is missed until the next scan.
+ */
+export function newProgramsCanMatch(config: { "target-comm"?: string | undefined; "target-cmdline"?: string | undefined; kubernetes: boolean }): boolean {
+  return Boolean(config["target-comm"] || config["target-cmdline"] || config.kubernetes);
+}
+
 export interface TargetDiff {
   added: Target[];
   removed: Target[];

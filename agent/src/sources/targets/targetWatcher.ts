@@ -1,11 +1,16 @@
-// Keeps the set of target processes current: rescans /proc on an interval,
-// tells the probe about every added and removed pid, and remembers each
+// Keeps the set of target processes current: decides each exec the probe
+// reports (the probe traces a new program from its first instruction, and
+// asks), rescans /proc on an interval as the safety net, tells the probe
+// about every added and removed pid, and remembers each
 // target's identity (comm, Kubernetes metadata, PID-namespace pids) for the
 // stages that label and correlate. Removed targets are remembered a little
 // longer, bounded, because their last events may still be in flight.
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import type { ProcessIdentity } from "../../model.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
-import { readNsPids } from "./pidNamespace.ts";
+import { parseNsPids, readNsPids } from "./pidNamespace.ts";
+import { readProcess } from "./processTable.ts";
 import { diffTargets, scanTargets, type Target, type TargetRules } from "./targetRules.ts";
 
 export interface WatchedTarget extends Target {
@@ -26,6 +31,8 @@ export interface TargetWatcherOptions {
   onChange: (changes: TargetChanges) => Promise<void>;
   /** Targets found by another source (Kubernetes), with their identity; merged into every scan. */
   external?: () => { pid: number; identity: ProcessIdentity }[];
+  /** The other source's verdict on a process that just exec'd: its identity, or null. */
+  externalExec?: (pid: number, comm: string) => ProcessIdentity | null;
   onError: (err: unknown) => void;
   /** Removed targets remembered for late events. */
   recentCapacity?: number;
@@ -37,6 +44,9 @@ export class TargetWatcher {
   private timer: NodeJS.Timeout | undefined;
   private scanning: Promise<void> | null = null;
   private readonly opts: TargetWatcherOptions;
+  /** pid → when its exec made it a target; a scan that began before that may not know it yet. */
+  private readonly admitted = new Map<number, number>();
+  private scanStartedAt = 0;
 
   constructor(opts: TargetWatcherOptions) {
     this.opts = opts;
@@ -65,6 +75,52 @@ export class TargetWatcher {
     this.scan().catch((err: unknown) => this.opts.onError(err));
   }
 
+  /**
+   * A process exec'd (the probe reports every exec while rules can match a
+   * new program, and traces it meanwhile). Decided synchronously, so the
+   * probe's following lines from it are judged with its identity. True when
+   * it is a target now; false tells the caller to stop tracing it.
+   */
+  admitExec(pid: number, comm: string): boolean {
+    const { rules } = this.opts;
+    const before = this.current.get(pid);
+    let target: WatchedTarget | null = null;
+    if (!rules.exclude(pid)) {
+      const cmdline = rules.cmdline ? readSync(this.opts.procRoot, pid, "cmdline").replace(/\0+$/, "").replaceAll("\0", " ") : "";
+      const source = rules.pids.includes(pid) ? "pid" : rules.comm?.test(comm) ? "comm" : rules.cmdline?.test(cmdline) ? "cmdline" : null;
+      const external = source ? null : (this.opts.externalExec?.(pid, comm) ?? null);
+      if (source || external) {
+        target = {
+          pid,
+          comm,
+          cmdline,
+          source: source ?? "kubernetes",
+          nsPids: parseNsPids(readSync(this.opts.procRoot, pid, "status")),
+          identity: external ?? { pid, process: comm, namespace: "", pod: "", container: "", controller: "" },
+        };
+      }
+    }
+    if (!target && !before) return false;
+    const next = new Map(this.current);
+    const removed: WatchedTarget[] = [];
+    if (before) {
+      // It exec'd another program: a new process as far as labels go.
+      next.delete(before.pid);
+      this.remember(before);
+      removed.push(before);
+    }
+    if (target) {
+      next.set(pid, target);
+      this.admitted.set(pid, Date.now());
+      // Bounded by the targets themselves: entries go when a scan settles them.
+      if (this.admitted.size > 4096) this.admitted.delete(this.admitted.keys().next().value!);
+    }
+    this.current = next;
+    this.countBySource();
+    this.opts.onChange({ added: target ? [target] : [], removed }).catch((err: unknown) => this.opts.onError(err));
+    return target !== null;
+  }
+
   start(intervalMs: number): void {
     this.timer = setInterval(() => this.requestScan(), intervalMs);
   }
@@ -74,12 +130,14 @@ export class TargetWatcher {
   }
 
   private async scanOnce(): Promise<void> {
+    this.scanStartedAt = Date.now();
     const found = await scanTargets(this.opts.rules, this.opts.procRoot);
     const external = new Map((this.opts.external?.() ?? []).map((t) => [t.pid, t.identity]));
     for (const [pid, identity] of external) {
       if (!found.has(pid)) found.set(pid, { pid, comm: identity.process, cmdline: "", source: "kubernetes" });
     }
     const previous = new Map([...this.current].map(([pid, t]) => [pid, t as Target]));
+    await this.keepFreshlyAdmitted(previous, found);
     const diff = diffTargets(previous, found);
     const added: WatchedTarget[] = [];
     for (const target of diff.added) {
@@ -104,11 +162,40 @@ export class TargetWatcher {
     }
     for (const t of added) next.set(t.pid, t);
     this.current = next;
+    this.countBySource();
+    if (added.length || removed.length) await this.opts.onChange({ added, removed });
+  }
+
+  /**
+   * A target admitted at its exec may be missing from a scan that read /proc
+   * (or a Kubernetes list) before it existed: it stays while it still runs the
+   * same program, until a scan that began after its admission settles it.
+   */
+  private async keepFreshlyAdmitted(previous: Map<number, Target>, found: Map<number, Target>): Promise<void> {
+    for (const [pid, at] of this.admitted) {
+      const target = previous.get(pid);
+      if (!target) {
+        this.admitted.delete(pid);
+        continue;
+      }
+      if (found.has(pid)) {
+        this.admitted.delete(pid);
+        continue;
+      }
+      if (at < this.scanStartedAt - 2000) {
+        this.admitted.delete(pid);
+        continue;
+      }
+      const running = await readProcess(pid, this.opts.procRoot, false);
+      if (running?.comm === target.comm) found.set(pid, target);
+    }
+  }
+
+  private countBySource(): void {
     // The Kubernetes source sets its own gauge.
     for (const source of ["pid", "comm", "cmdline"] as const) {
-      this.opts.metrics.targets.set({ source }, [...next.values()].filter((t) => t.source === source).length);
+      this.opts.metrics.targets.set({ source }, [...this.current.values()].filter((t) => t.source === source).length);
     }
-    if (added.length || removed.length) await this.opts.onChange({ added, removed });
   }
 
   private remember(target: WatchedTarget): void {
@@ -116,5 +203,14 @@ export class TargetWatcher {
     this.recent.delete(target.pid);
     this.recent.set(target.pid, target);
     while (this.recent.size > capacity) this.recent.delete(this.recent.keys().next().value!);
+  }
+}
+
+/** A small /proc file read at once ("" when the process is gone). */
+function readSync(procRoot: string, pid: number, file: string): string {
+  try {
+    return readFileSync(path.join(procRoot, String(pid), file), "utf8");
+  } catch {
+    return "";
   }
 }

@@ -32,6 +32,14 @@ describe("parseProbeLine", () => {
     assert.match(messages[7]!, /bad key "abc"/);
   });
 
+  it("parses an exec line: the cgroup id as a u64, a comm with spaces whole", () => {
+    const result = parseProbeLine(JSON.stringify({ type: "printf", data: "exec 8150023468125 4242 18446744073709551615 my op\n" }));
+    assert.ok(result.ok);
+    assert.deepEqual(result.record, { type: "exec", ts: 8150023468125n, pid: 4242, cgroup: 18446744073709551615n, comm: "my op" });
+    const short = parseProbeLine(JSON.stringify({ type: "printf", data: "exec 1 2\n" }));
+    assert.equal(short.ok, false);
+  });
+
   it("rejects an oversized line without parsing it", () => {
     const result = parseProbeLine(`{"type": "printf", "data": "${"x".repeat(MAX_LINE_BYTES)}"}`);
     assert.equal(result.ok, false);

@@ -8,7 +8,9 @@
 //
 // Callbacks fire with the whole current set, only when it changed. Pods that
 // go away take their processes with them at the next emission.
+import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { join } from "node:path";
 import { lookup } from "node:dns/promises";
 import { CoreV1Api, DiscoveryV1Api, KubeConfig } from "@kubernetes/client-node";
 import type { z } from "zod";
@@ -26,6 +28,7 @@ import {
 import { parseLabelSelector } from "./labelSelector.ts";
 import { describeIssues, EndpointSliceSchema, PodSchema, type EndpointSlice, type Pod } from "./objects.ts";
 import { watchedContainers, type SelectionPolicy, type WatchedContainer } from "./podSelection.ts";
+import { containerFromCgroupFile } from "../cgroup.ts";
 import { ContainerProcessScanner } from "./processScan.ts";
 import { ValidatedListWatch } from "./validatedListWatch.ts";
 
@@ -130,6 +133,43 @@ export class KubernetesTargets {
   onApiservers(cb: (endpoints: ApiserverEndpoint[]) => void): () => void {
     this.#apiserverListeners.add(cb);
     return () => this.#apiserverListeners.delete(cb);
+  }
+
+  /**
+   * A process that just exec'd, decided now (the probe traces it meanwhile):
+   * its identity when it runs in a watched container, else null. Read
+   * synchronously so the probe's next lines from it already have a pod.
+   */
+  admitExec(pid: number, comm: string): ProcessIdentity | null {
+    let text: string;
+    try {
+      text = readFileSync(join(this.#opts.procRoot ?? "/proc", String(pid), "cgroup"), "utf8");
+    } catch {
+      return null; // gone already
+    }
+    const ref = containerFromCgroupFile(text);
+    if (!ref) return null;
+    for (const pod of this.#pods.objects()) {
+      for (const c of watchedContainers(pod, this.#policy)) {
+        if (c.containerId !== ref.id) continue;
+        if (this.#targets.length >= (this.#opts.maxTargets ?? 4096)) {
+          this.#capacity("targets");
+          return null;
+        }
+        const identity: ProcessIdentity = {
+          pid,
+          tid: pid,
+          process: comm,
+          namespace: c.namespace,
+          pod: c.pod,
+          container: c.container,
+          controller: c.controller,
+        };
+        this.#targets = [...this.#targets.filter((t) => t.pid !== pid), { pid, identity }];
+        return identity;
+      }
+    }
+    return null;
   }
 
   targets(): KubeTarget[] {

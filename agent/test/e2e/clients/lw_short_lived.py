@@ -1,0 +1,27 @@
+"""A short-lived apiserver client, like kubectl or a one-shot python script.
+
+Usage: lw_short_lived.py PORT WRITE_AT_MS LIFE_MS
+
+Connects to 127.0.0.1:PORT at once, sends a status PATCH (the test server
+resets the connection on it), writes into the dead connection WRITE_AT_MS
+after start and exits at LIFE_MS. Prints one JSON line: what the kernel
+answered to the write into the dead connection.
+"""
+import errno
+import json
+import socket
+import sys
+import time
+
+start = time.monotonic()
+port, write_at, life = int(sys.argv[1]), int(sys.argv[2]) / 1000, int(sys.argv[3]) / 1000
+sock = socket.create_connection(("127.0.0.1", port))
+sock.sendall(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nRESET")
+time.sleep(max(0.0, write_at - (time.monotonic() - start)))
+result = None
+try:
+    sock.send(b"x" * 128)
+except OSError as e:
+    result = errno.errorcode.get(e.errno)
+print(json.dumps({"write_errno": result, "wrote_at_ms": round((time.monotonic() - start) * 1000)}), flush=True)
+time.sleep(max(0.0, life - (time.monotonic() - start)))
