@@ -56,7 +56,10 @@ describe("TargetWatcher.admitExec", () => {
       rules: { pids: [], comm: /^manager$/, cmdline: /kopf/, exclude: (pid) => pid === 43 },
       procRoot: root,
       metrics: new AgentMetrics(),
-      onChange: async (c) => void changes.push(c),
+      onChange: (c) => {
+        changes.push(c);
+        return Promise.resolve();
+      },
       externalExec: (pid, comm) =>
         pid === 44 ? { pid, tid: pid, process: comm, namespace: "ops", pod: "op-1", container: "manager", controller: "op" } : null,
       onError: (err) => assert.fail(String(err)),
