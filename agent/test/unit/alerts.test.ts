@@ -3,15 +3,17 @@
 // (`for:`) or say why it must not, carry what on-call needs, point with an
 // absolute URL at a runbook section that exists, find the agent's scrape job
 // under the names the shipped ServiceMonitor and the test Prometheus give it,
-// and the PrometheusRule generated from them must be up to date.
+// and the PrometheusRule generated from them must be up to date. The recipes
+// in docs/install.md that set the runbook base and the scrape job are run
+// here and must change exactly those values.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { execa } from "execa";
-import { parse } from "yaml";
+import { parse, parseAllDocuments } from "yaml";
 import { z } from "zod";
 import { alertsPath, prometheusRulePath, renderPrometheusRule } from "../../../scripts/gen-prometheusrule.ts";
 import { locateTool, skipUnlessCI } from "../e2e/support/tools.ts";
@@ -19,16 +21,18 @@ import { locateTool, skipUnlessCI } from "../e2e/support/tools.ts";
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const alertsTestPath = join(ROOT, "dashboards/alerts.test.yaml");
 const runbooksPath = join(ROOT, "docs/runbooks.md");
+const installPath = join(ROOT, "docs/install.md");
 
-/** Every runbook_url is `${RUNBOOK_BASE}#<anchor>`. */
+/** Every runbook_url is `${RUNBOOK_BASE}#<anchor>` until an installation changes the base (docs/install.md). */
 const RUNBOOK_BASE = "https://github.com/lostwrite/lostwrite/blob/main/docs/runbooks.md";
-/** The group whose alerts find the agent's targets by job. */
+/** The group whose alerts find the agent's targets by job; the job regex is the only quoted string in their expressions. */
 const SCRAPE_GROUP = "lostwrite.scrape";
 const DEFAULT_JOB = "lostwrite|lostwrite-metrics";
 /** Alerts about all nodes at once (absent()): their description cannot name one. */
 const CLUSTER_WIDE = new Set(["LostwriteAgentNotScraped"]);
 /** Alerts without `for:`: each says why, in its rule's comment and in its runbook section. */
 const IMMEDIATE = new Set(["LostwriteSilentStatusWriteLoss"]);
+const INSTALL_SECTION = "## Alerts: runbook URLs and the scrape job";
 
 const alertRule = z.object({
   alert: z.string(),
@@ -38,6 +42,7 @@ const alertRule = z.object({
   annotations: z.record(z.string(), z.string()),
 });
 const ruleGroups = z.array(z.object({ name: z.string(), rules: z.array(alertRule) }));
+type RuleGroups = z.infer<typeof ruleGroups>;
 const alertsText = readFileSync(alertsPath, "utf8");
 const groups = z.object({ groups: ruleGroups }).parse(parse(alertsText)).groups;
 const alerts = groups.flatMap((g) => g.rules.map((r) => ({ ...r, group: g.name })));
@@ -45,6 +50,7 @@ const alerts = groups.flatMap((g) => g.rules.map((r) => ({ ...r, group: g.name }
 const promtool = locateTool("promtool", "apt-get install prometheus");
 const needsPromtool = { skip: skipUnlessCI(promtool) };
 const promtoolPath = (): string => promtool.path ?? assert.fail(promtool.reason);
+const kubectl = locateTool("kubectl", "https://kubernetes.io/docs/tasks/tools/");
 
 async function runPromtool(args: string[]): Promise<void> {
   const result = await execa(promtoolPath(), args, { reject: false, all: true });
@@ -175,7 +181,8 @@ void test("the scrape alerts match the agent's job as the ServiceMonitor and the
   const scrape = alerts.filter((a) => a.group === SCRAPE_GROUP);
   assert.deepEqual(scrape.map((a) => a.alert).sort(), ["LostwriteAgentNotScraped", "LostwriteAgentScrapeFailing"]);
   for (const { alert, expr } of scrape) {
-    assert.ok(expr.includes(`job=~"${DEFAULT_JOB}"`), `${alert}: matches job=~"${DEFAULT_JOB}"`);
+    // docs/install.md replaces the one quoted string of these expressions.
+    assert.deepEqual([...expr.matchAll(/"([^"]*)"/g)].map((m) => m[1]), [DEFAULT_JOB], `${alert}: the job regex is its only quoted string`);
     assert.match(expr, /\bup\{job=~"/, `${alert}: matches up by job`);
   }
   const e2ePrometheus = readFileSync(join(ROOT, "agent/test/e2e/support/prometheus.ts"), "utf8");
@@ -211,6 +218,76 @@ void test("the generated PrometheusRule's groups are a rule file promtool accept
     // A rule file may be JSON: YAML is a superset of it.
     writeFileSync(file, JSON.stringify({ groups: manifest.spec.groups }));
     await runPromtool(["check", "rules", file]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** docs/install.md's section on the runbook base and the scrape job. */
+function installSection(): string {
+  const text = readFileSync(installPath, "utf8");
+  const start = text.indexOf(`${INSTALL_SECTION}\n`);
+  assert.ok(start >= 0, `docs/install.md has a section "${INSTALL_SECTION}"`);
+  const end = text.indexOf("\n## ", start + 1);
+  return end < 0 ? text.slice(start) : text.slice(start, end);
+}
+
+/** The rule groups as they should read once the runbook base and the job regex are replaced. */
+function rewritten(from: RuleGroups, base: string, job: string): RuleGroups {
+  return from.map((g) => ({
+    ...g,
+    rules: g.rules.map((r) => ({
+      ...r,
+      expr: g.name === SCRAPE_GROUP ? r.expr.replace(`"${DEFAULT_JOB}"`, `"${job}"`) : r.expr,
+      annotations: { ...r.annotations, runbook_url: `${base}#${r.alert.toLowerCase()}` },
+    })),
+  }));
+}
+
+void test("docs/install.md's kustomize overlay sets the runbook base and the scrape job and changes nothing else", { skip: skipUnlessCI(kubectl) }, async () => {
+  // Its YAML blocks, each headed by a comment naming its file.
+  const files = new Map(
+    [...installSection().matchAll(/```yaml\n# deploy\/overlays\/mine\/([\w.-]+)\n([\s\S]*?)```/g)].map((m) => [m[1] ?? "", m[2] ?? ""] as const),
+  );
+  assert.deepEqual([...files.keys()].sort(), ["alerting.yaml", "kustomization.yaml"]);
+  const values = z
+    .object({ data: z.object({ runbookBase: z.string(), scrapeJob: z.string() }) })
+    .parse(parse(files.get("alerting.yaml") ?? "")).data;
+  assert.notEqual(values.runbookBase, RUNBOOK_BASE, "the example changes the base");
+  assert.notEqual(values.scrapeJob, DEFAULT_JOB, "the example changes the job");
+
+  const dir = mkdtempSync(join(tmpdir(), "lostwrite-overlay-"));
+  try {
+    // The overlay at deploy/overlays/mine, its ../../base the real one.
+    mkdirSync(join(dir, "deploy/overlays/mine"), { recursive: true });
+    symlinkSync(join(ROOT, "deploy/base"), join(dir, "deploy/base"));
+    for (const [name, text] of files) writeFileSync(join(dir, "deploy/overlays/mine", name), text);
+    const { stdout } = await execa(kubectl.path ?? assert.fail(kubectl.reason), ["kustomize", join(dir, "deploy/overlays/mine")]);
+    const objects = parseAllDocuments(stdout).map((d) => d.toJS() as { kind?: string });
+    assert.ok(!objects.some((o) => o.kind === "ConfigMap"), "the values object is local config, not applied to the cluster");
+    const rendered = prometheusRule.parse(objects.find((o) => o.kind === "PrometheusRule"));
+    const generated = prometheusRule.parse(parse(readFileSync(prometheusRulePath, "utf8")));
+    assert.deepEqual(rendered.spec.groups, rewritten(generated.spec.groups, values.runbookBase, values.scrapeJob));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+void test("docs/install.md's sed for the plain rule file rewrites the same two values, and promtool accepts the result", needsPromtool, async () => {
+  const block = /```sh\n(sed [\s\S]*?)```/.exec(installSection())?.[1];
+  assert.ok(block !== undefined, "the section has a sh block starting with sed");
+  const dir = mkdtempSync(join(tmpdir(), "lostwrite-sed-"));
+  try {
+    const out = join(dir, "lostwrite.yaml");
+    const script = block.replaceAll("/etc/prometheus/rules/lostwrite.yaml", out).replace(/^promtool /m, `${promtoolPath()} `);
+    assert.notEqual(script, block, "the block writes /etc/prometheus/rules/lostwrite.yaml");
+    const result = await execa("sh", ["-euc", script], { cwd: ROOT, reject: false, all: true });
+    assert.equal(result.exitCode, 0, result.all);
+    const base = /\|(https:[^|#]+)#\|'/.exec(block)?.[1];
+    const job = /job=~"([^"]+)"\/'/.exec(block)?.[1];
+    assert.ok(base !== undefined && job !== undefined, "the sed names a new base and a new job");
+    const copied = z.object({ groups: ruleGroups }).parse(parse(readFileSync(out, "utf8"))).groups;
+    assert.deepEqual(copied, rewritten(groups, base, job));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
