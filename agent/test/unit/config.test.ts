@@ -2,8 +2,10 @@
 // errors that name the key and the value, and the shipped files validate.
 // LOSTWRITE_* variables that Kubernetes service links inject (the kubelet's
 // docker-links names and value shapes, pkg/kubelet/envvars) are returned as
-// ignored instead of aborting start-up; anything else unknown still throws.
+// ignored instead of aborting start-up, and the CLI logs them in one warning;
+// anything else unknown still throws.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -90,6 +92,27 @@ describe("config", () => {
       assert.equal(isServiceLinkVariable(name, value), false, `${name}=${value}`);
       assert.throws(() => configFromEnv({ [name]: value }), new RegExp(`unknown variable ${name}="${value.replace(/[.[\]]/g, "\\$&")}"`));
     }
+  });
+
+  it("the CLI logs the ignored service-link variables once and still fails on other unknown ones", () => {
+    const cli = (env: Record<string, string>) => {
+      const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("LOSTWRITE_")));
+      return spawnSync(process.execPath, [repo("agent/bin/lostwrite.js"), "probe", "--target-pid", String(process.pid)], {
+        env: { ...clean, ...env },
+        encoding: "utf8",
+      });
+    };
+    const linked = cli({ LOSTWRITE_SERVICE_HOST: "10.96.12.34", LOSTWRITE_PORT_9470_TCP_PORT: "9470" });
+    assert.equal(linked.status, 0, linked.stderr);
+    const warnings = linked.stderr.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { level: string; msg: string; variables: string[] });
+    assert.equal(warnings.length, 1, linked.stderr);
+    assert.equal(warnings[0]!.level, "warn");
+    assert.match(warnings[0]!.msg, /service links/);
+    assert.deepEqual(warnings[0]!.variables, ["LOSTWRITE_PORT_9470_TCP_PORT", "LOSTWRITE_SERVICE_HOST"]);
+    assert.match(linked.stdout, /^\/\/ Rendered by lostwrite/);
+    const unknown = cli({ LOSTWRITE_SERVICE_HOST: "10.96.12.34", LOSTWRITE_TARGETS: "1" });
+    assert.equal(unknown.status, 2);
+    assert.match(unknown.stderr, /^lostwrite: environment: unknown variable LOSTWRITE_TARGETS="1"$/m);
   });
 
   it("no config key's variable can be mistaken for a service link", () => {
