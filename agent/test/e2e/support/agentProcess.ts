@@ -46,15 +46,18 @@ export function sumMetric(samples: Map<string, number>, name: string, labels: Re
   return sum;
 }
 
-export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<AgentProcess> {
+export interface StartAgentOptions {
+  /** Runs the agent's command line inside something else (the deployed shape): returns the command to spawn. */
+  wrap?: (argv: string[]) => string[];
+}
+
+export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}, options: StartAgentOptions = {}): Promise<AgentProcess> {
   const port = await freeLoopbackPort();
   const otlpPort = await freeLoopbackPort();
   const node = path.join(repoRoot, "node_modules/.bin/node");
-  const child = spawn(
-    node,
-    [path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", `127.0.0.1:${port}`, "--otlp-listen", `127.0.0.1:${otlpPort}`, ...args],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } },
-  );
+  const argv = [node, path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", `127.0.0.1:${port}`, "--otlp-listen", `127.0.0.1:${otlpPort}`, ...args];
+  const [command, ...commandArgs] = options.wrap ? options.wrap(argv) : argv;
+  const child = spawn(command!, commandArgs, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   const events: LossEvent[] = [];
   const stderr: string[] = [];
   let buffered = "";
