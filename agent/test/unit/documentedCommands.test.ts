@@ -34,10 +34,10 @@
 // PATH as deploy/Dockerfile installs it.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { copyFileSync, globSync, mkdirSync, mkdtempSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { copyFileSync, globSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -200,7 +200,9 @@ function documentedCommands(): { commands: Documented[]; tableFlags: Map<string,
 
 // ---- placeholders ------------------------------------------------------------
 
-const RECORD_FILE = path.join(mkdtempSync(path.join(os.tmpdir(), "lostwrite-docs-")), "record.jsonl");
+const SCRATCH = mkdtempSync(path.join(os.tmpdir(), "lostwrite-docs-"));
+after(() => rmSync(SCRATCH, { recursive: true, force: true }));
+const RECORD_FILE = path.join(SCRATCH, "record.jsonl");
 /** Placeholder → value, by the flag before it ("" for an operand). */
 const PLACEHOLDERS: Record<string, Record<string, string>> = {
   FILE: { "": "recordings/demo.jsonl", "--record": RECORD_FILE, "--config": "deploy/agent.yaml", "--scenario": "testbed/scenarios/demo.yaml" },
@@ -367,7 +369,7 @@ describe("documented lostwrite commands", () => {
   });
 
   it("the bin runs agent/src/cli.ts in a checkout and dist/ in the image layout, also through a symlink", async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bin-"));
+    const dir = path.join(SCRATCH, "image");
     const app = path.join(dir, "app");
     mkdirSync(path.join(app, "agent/bin"), { recursive: true });
     mkdirSync(path.join(app, "dist/agent/src"), { recursive: true });
