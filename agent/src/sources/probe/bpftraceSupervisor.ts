@@ -53,6 +53,25 @@ export interface SupervisorOptions {
 
 const KNOWN_HARMLESS = /RLIMIT_MEMLOCK/;
 
+export interface RestartDelayInput {
+  /** The instance that exited had attached and run at least healthyRunMs. */
+  healthy: boolean;
+  /** Instances in a row that died unhealthy before this one (ignored after a healthy run). */
+  restarts: number;
+  maxBackoffMs: number;
+}
+
+/**
+ * Milliseconds to wait before starting bpftrace again: 100–200 after a
+ * healthy run; in a crash loop half to all of 1 s, 2 s, 4 s, … 32 s, capped
+ * at maxBackoffMs. The jitter (`random`, in [0, 1)) keeps the agents of many
+ * nodes that fail together from retrying together.
+ */
+export function restartDelayMs({ healthy, restarts, maxBackoffMs }: RestartDelayInput, random: () => number = Math.random): number {
+  const backoff = healthy ? 200 : Math.min(maxBackoffMs, 1000 * 2 ** Math.min(restarts, 5));
+  return backoff / 2 + random() * (backoff / 2);
+}
+
 export class BpftraceSupervisor {
   private readonly opts: Required<Omit<SupervisorOptions, "onLine">> & Pick<SupervisorOptions, "onLine">;
   private readonly control = new ControlChannel();
@@ -293,8 +312,7 @@ export class BpftraceSupervisor {
     // before attaching, or right after, are a crash loop worth backing off.
     const healthy = this.attachedAt > 0 && Date.now() - this.attachedAt >= this.opts.healthyRunMs;
     if (healthy) this.restarts = 0;
-    const backoff = healthy ? 200 : Math.min(this.opts.maxBackoffMs, 1000 * 2 ** Math.min(this.restarts, 5));
-    const delay = backoff / 2 + Math.random() * (backoff / 2);
+    const delay = restartDelayMs({ healthy, restarts: this.restarts, maxBackoffMs: this.opts.maxBackoffMs });
     if (!healthy) this.restarts++;
     this.opts.log.warn("bpftrace exited; restarting", { code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
     this.restartTimer = setTimeout(() => {
