@@ -1,0 +1,179 @@
+// Request-level probing of a Go operator starts here: given the operator's
+// executable, say whether its HTTP/2 client can be hooked with uprobes, and
+// where. Everything needed comes from the binary itself, stripped or not:
+// the ELF segments (for file offsets), the pclntab (for function entries) and
+// the build info (for the Go and x/net versions). Any binary that cannot be
+// hooked — not ELF, not amd64, not Go, too old, truncated, no HTTP/2 client —
+// yields `{ ok: false, reason }` and never an exception, so the caller simply
+// falls back to the socket-level probe and can log why.
+import { readBuildInfo, type ModuleVersion } from "./buildInfo.ts";
+import { openFileSource, type ByteSource } from "./byteSource.ts";
+import { findSection, readElfImage, type ElfImage } from "./elfImage.ts";
+import { findFunctionEntries } from "./functionEntries.ts";
+import { fileOffsetOf, segmentContaining } from "./fileOffset.ts";
+import { FIRST_REGISTER_ABI_MINOR, goMinorFromVersion, oldestMinorForLayout } from "./goRelease.ts";
+import { allHttp2Symbols, HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2FamilyName, type Http2Function } from "./http2Families.ts";
+import { NotInspectable } from "./notInspectable.ts";
+import { locatePclntab, type PclntabLocation } from "./pclntabLocation.ts";
+import type { PclntabLayout } from "./pclntabHeader.ts";
+import { PROLOGUE_BYTES, startsWithGoStackCheck } from "./stackCheckPrologue.ts";
+
+export interface FunctionLocation {
+  /** The pclntab name, e.g. "net/http.(*http2ClientConn).writeHeaders". */
+  symbol: string;
+  /** Entry address as linked (the address `go tool nm` prints). */
+  vaddr: number;
+  /** Offset of the entry in the file: what `uprobe:/path:0xOFF` takes. */
+  fileOffset: number;
+}
+
+export interface Http2Family {
+  name: Http2FamilyName;
+  functions: Record<Http2Function, FunctionLocation>;
+}
+
+export interface IncompleteHttp2Family {
+  name: Http2FamilyName;
+  found: Http2Function[];
+  missing: Http2Function[];
+}
+
+export interface GoBinaryInspected {
+  ok: true;
+  path: string;
+  /** From the build info, as written ("go1.23.8"); null when the binary has none. */
+  goVersion: string | null;
+  /** Go 1.x minor: exact from the build info, else the oldest release the pclntab layout allows. */
+  goMinor: number;
+  goMinorFrom: "build info" | "pclntab layout";
+  pclntabLayout: Exclude<PclntabLayout, "go1.2">;
+  /** "section" when .gopclntab was there, "scan" when found by its magic in a binary without section headers. */
+  pclntabFoundBy: PclntabLocation["foundBy"];
+  /** golang.org/x/net as the build info lists it; null when not a dependency or no module info. */
+  xNet: ModuleVersion | null;
+  /** Families with every function found; never empty. */
+  families: Http2Family[];
+  /** Families with some but not all functions: usually a release whose code the probes do not know. */
+  incompleteFamilies: IncompleteHttp2Family[];
+}
+
+export interface GoBinaryRejected {
+  ok: false;
+  path: string;
+  reason: string;
+}
+
+export type GoBinaryReport = GoBinaryInspected | GoBinaryRejected;
+
+/** Inspects the executable at `path`; never throws. */
+export async function inspectGoBinary(path: string): Promise<GoBinaryReport> {
+  try {
+    const source = await openFileSource(path);
+    try {
+      return await inspectSource(path, source);
+    } finally {
+      await source.close();
+    }
+  } catch (error) {
+    return { ok: false, path, reason: rejectionReason(error) };
+  }
+}
+
+function rejectionReason(error: unknown): string {
+  if (error instanceof NotInspectable) return error.message;
+  if (error instanceof RangeError) return `malformed binary: ${error.message}`;
+  // fs errors (ENOENT, EACCES, EISDIR…) name the system call that failed.
+  if (error instanceof Error && typeof (error as NodeJS.ErrnoException).syscall === "string") return `cannot read the binary: ${error.message}`;
+  return `unexpected error inspecting the binary: ${error instanceof Error ? error.message : String(error)}`;
+}
+
+/** The inspection proper, over any ByteSource; throws NotInspectable (or RangeError on corrupt data). */
+export async function inspectSource(path: string, source: ByteSource): Promise<GoBinaryReport> {
+  const image = await readElfImage(source);
+  // The build info first: an old release is told by its version, which names
+  // the problem better than any detail of its older pclntab would.
+  const buildInfo = await readBuildInfo(source, image);
+  const minorFromBuildInfo = buildInfo === null ? null : goMinorFromVersion(buildInfo.goVersion);
+  if (minorFromBuildInfo !== null && minorFromBuildInfo < FIRST_REGISTER_ABI_MINOR) {
+    throw new NotInspectable(`built with ${buildInfo?.goVersion}: too old for the register ABI (Go 1.17+ on amd64)`);
+  }
+  const pclntab = await locatePclntab(source, image);
+  const layout = pclntab.header.layout;
+  if (minorFromBuildInfo === null && layout === "go1.16") {
+    throw new NotInspectable("Go 1.16 or 1.17 pclntab and no readable Go version: cannot tell whether the register ABI is used");
+  }
+  const goMinor = minorFromBuildInfo ?? oldestMinorForLayout(layout);
+
+  const entries = await findFunctionEntries(source, pclntab, textStart(image, pclntab), allHttp2Symbols());
+  const families: Http2Family[] = [];
+  const incompleteFamilies: IncompleteHttp2Family[] = [];
+  for (const name of HTTP2_FAMILY_NAMES) {
+    const found = HTTP2_FUNCTIONS.filter((fn) => entries.has(HTTP2_SYMBOLS[name][fn]));
+    if (found.length === HTTP2_FUNCTIONS.length) {
+      families.push({ name, functions: await locateFunctions(source, image, name, entries) });
+    } else if (found.length > 0) {
+      incompleteFamilies.push({ name, found, missing: HTTP2_FUNCTIONS.filter((fn) => !found.includes(fn)) });
+    }
+  }
+  if (families.length === 0) {
+    if (incompleteFamilies.length === 0) {
+      throw new NotInspectable("no HTTP/2 client linked (neither net/http's bundled http2 nor golang.org/x/net/http2)");
+    }
+    const missing = incompleteFamilies.map((f) => `${f.name} lacks ${f.missing.join(", ")}`).join("; ");
+    throw new NotInspectable(`HTTP/2 client of an unknown layout: ${missing}`);
+  }
+
+  return {
+    ok: true,
+    path,
+    goVersion: buildInfo?.goVersion ?? null,
+    goMinor,
+    goMinorFrom: minorFromBuildInfo === null ? "pclntab layout" : "build info",
+    pclntabLayout: layout,
+    pclntabFoundBy: pclntab.foundBy,
+    xNet: buildInfo?.modules.get("golang.org/x/net") ?? null,
+    families,
+    incompleteFamilies,
+  };
+}
+
+/**
+ * The address Go 1.18+ function entries count from. The header holds it, but
+ * a position-independent build may leave it 0 for a load-time relocation to
+ * fill; then it is where .text starts, as the linker defines runtime.text.
+ */
+function textStart(image: ElfImage, pclntab: PclntabLocation): number {
+  const fromHeader = pclntab.header.textStart;
+  if (fromHeader === null || fromHeader !== 0) return fromHeader ?? 0;
+  const text = findSection(image, ".text");
+  if (text === undefined) throw new NotInspectable("pclntab text start is left to a relocation and there is no .text section to take it from");
+  return text.addr;
+}
+
+async function locateFunctions(
+  source: ByteSource,
+  image: ElfImage,
+  family: Http2FamilyName,
+  entries: Map<string, number>,
+): Promise<Record<Http2Function, FunctionLocation>> {
+  const located = {} as Record<Http2Function, FunctionLocation>;
+  for (const fn of HTTP2_FUNCTIONS) {
+    const symbol = HTTP2_SYMBOLS[family][fn];
+    const vaddr = entries.get(symbol)!;
+    const fileOffset = fileOffsetOf(image, vaddr);
+    // An entry outside executable file bytes means the table does not fit the
+    // file: probing there would trap on data, so reject rather than guess.
+    if (fileOffset === undefined || segmentContaining(image, vaddr)?.executable !== true) {
+      throw new NotInspectable(`${symbol} at 0x${vaddr.toString(16)} is not in an executable segment of the file`);
+    }
+    const code = await source.read(fileOffset, Math.min(PROLOGUE_BYTES, source.size - fileOffset), `code of ${symbol}`);
+    if (!startsWithGoStackCheck(code)) {
+      throw new NotInspectable(
+        `${symbol} at 0x${vaddr.toString(16)} does not begin with Go's amd64 stack check (${code.toString("hex")}): ` +
+          "refusing an address where a uprobe could land mid-instruction",
+      );
+    }
+    located[fn] = { symbol, vaddr, fileOffset };
+  }
+  return located;
+}

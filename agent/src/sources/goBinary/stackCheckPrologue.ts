@@ -1,0 +1,32 @@
+// A last check before a uprobe is planted: does the address really start a Go
+// function? A uprobe placed mid-instruction corrupts the tracee's code and
+// crashes the operator, so an entry that does not look right is refused. Every
+// Go function that can grow its stack (all the HTTP/2 functions probed; only
+// tiny NOSPLIT leaves lack it) begins, on amd64 with the register ABI, by
+// comparing the stack pointer with g.stackguard0, g being in R14 and
+// stackguard0 at offset 16. cmd/internal/obj/x86 emits one of three forms by
+// frame size:
+//
+//   small frame   CMPQ SP, 16(R14)                          49 3b 66 10
+//   < 4 KiB       LEAQ -n(SP), R12; CMPQ R12, 16(R14)       4c 8d 64 24 n8 | 4c 8d a4 24 n32, then 4d 3b 66 10
+//   huge          MOVQ SP, R12; SUBQ $n, R12; JB …; CMPQ    49 89 e4 49 81 ec n32 72 r8 | 0f 82 r32, then 4d 3b 66 10
+//
+// Matching these also confirms the binary uses the register ABI: stack-ABI
+// code (Go ≤ 1.16) loads g from TLS instead.
+
+/** Bytes to read at an entry: enough for the longest form. */
+export const PROLOGUE_BYTES = 20;
+
+/** null matches any byte (a displacement or immediate). */
+const FORMS: (number | null)[][] = [
+  [0x49, 0x3b, 0x66, 0x10],
+  [0x4c, 0x8d, 0x64, 0x24, null, 0x4d, 0x3b, 0x66, 0x10],
+  [0x4c, 0x8d, 0xa4, 0x24, null, null, null, null, 0x4d, 0x3b, 0x66, 0x10],
+  [0x49, 0x89, 0xe4, 0x49, 0x81, 0xec, null, null, null, null, 0x72, null, 0x4d, 0x3b, 0x66, 0x10],
+  [0x49, 0x89, 0xe4, 0x49, 0x81, 0xec, null, null, null, null, 0x0f, 0x82, null, null, null, null, 0x4d, 0x3b, 0x66, 0x10],
+];
+
+/** Whether `code`, the first bytes at a function entry, is a Go amd64 register-ABI stack check. */
+export function startsWithGoStackCheck(code: Buffer): boolean {
+  return FORMS.some((form) => form.length <= code.length && form.every((byte, i) => byte === null || code[i] === byte));
+}
