@@ -84,11 +84,17 @@ export class Connection {
     return { id: this.id, client: this.client, server: this.server, protocol: this.protocol, openedAt: this.openedAt, stalled: this.stalledFlag };
   }
 
-  /** Abortive close: the kernel sends RST, the client's next read or write fails with ECONNRESET/EPIPE. */
+  /**
+   * Abortive close: the kernel sends RST, the client's next read or write fails with ECONNRESET/EPIPE.
+   * A connection whose FIN is still being sent (end() called, shutdown not done yet) is only
+   * destroyed: libuv refuses a reset during a shutdown (EINVAL), and Node then never closes
+   * the socket's handle, so the process could not exit.
+   */
   reset(): void {
     if (this.closed) return;
     this.detach();
-    this.raw.resetAndDestroy();
+    if (this.raw.writableEnded && !this.raw.writableFinished) this.raw.destroy();
+    else this.raw.resetAndDestroy();
     this.destroyAll();
   }
 
