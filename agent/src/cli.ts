@@ -114,14 +114,15 @@ addConfigFlags(program.command("probe").description("print the rendered bpftrace
   },
 );
 
-program
-  .command("doctor")
-  .description("check kernel, tracefs, BTF, bpftrace and privileges; say what to fix")
-  .option("--bpftrace <path>", "bpftrace binary", "bpftrace")
-  .action(async (opts: { bpftrace: string }) => {
-    const { runDoctor } = await import("./doctor.ts");
-    process.exitCode = await runDoctor({ bpftrace: opts.bpftrace, out: process.stdout });
-  });
+// The agent's own flags, env and config file: run in the pod, doctor checks
+// exactly what the agent there would use (its --proc-root, its bpftrace).
+addConfigFlags(
+  program.command("doctor").description("check kernel, tracefs, BTF, bpftrace, privileges and the host /proc; say what to fix"),
+).action(async (opts: Record<string, unknown>) => {
+  const config = configOrExit(opts, createLogger(process.stderr));
+  const { runDoctor } = await import("./doctor.ts");
+  process.exitCode = await runDoctor({ bpftrace: config.bpftrace, procRoot: config["proc-root"], out: process.stdout });
+});
 
 program
   .command("tail")

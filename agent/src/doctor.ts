@@ -1,8 +1,11 @@
 // `lostwrite doctor`: checks what the probe needs on this node and says what
 // to do about each missing piece. Exit code 0 when the agent can run.
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
 import { execa } from "execa";
-import { REQUIRED_TRACEPOINTS, chooseVariant, tracepointAvailable } from "./sources/probe/probeProgram.ts";
+import { REQUIRED_TRACEPOINTS, bpftraceEnv, chooseVariant, tracepointAvailable } from "./sources/probe/probeProgram.ts";
+import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
+import { parseCgroupFile } from "./sources/targets/cgroup.ts";
 
 interface Check {
   name: string;
@@ -19,7 +22,73 @@ function effectiveCaps(): bigint | null {
   return line ? BigInt(`0x${line.split(/\s+/)[1]}`) : null;
 }
 
-export async function collectChecks(bpftrace: string): Promise<Check[]> {
+function readOr(file: string, fallback: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch {
+    return fallback;
+  }
+}
+
+/**
+ * The proc root must be the host's: operators run in other PID namespaces, and
+ * only the host's /proc lists them under the pids bpftrace reports. Kernel
+ * threads are visible in the initial PID namespace only, so pid 2 being
+ * kthreadd tells the host's /proc from a pod's own.
+ */
+function hostProcChecks(procRoot: string): Check[] {
+  const fix = `mount the host's /proc (hostPath /proc, e.g. at /host/proc) and set --proc-root (LOSTWRITE_PROC_ROOT) to it`;
+  const kthreadd = readOr(path.join(procRoot, "2", "comm"), "").trim() === "kthreadd";
+  const checks: Check[] = [
+    kthreadd
+      ? { name: "host /proc", ok: true, detail: `${procRoot} is the host's (pid 2 is kthreadd)` }
+      : { name: "host /proc", ok: false, detail: `${procRoot} is not the host's /proc (no kthreadd at pid 2): other pods' processes are invisible`, fix },
+  ];
+  try {
+    const self = readAgentIdentity(procRoot);
+    const ownNamespace = self.hostPid !== process.pid;
+    checks.push({
+      name: "agent pid",
+      ok: true,
+      detail: ownNamespace
+        ? `own PID namespace: pid ${process.pid} here is host pid ${self.hostPid}, which the probe's control channel uses`
+        : `host PID namespace: pid ${self.hostPid}`,
+    });
+  } catch (err) {
+    checks.push({ name: "agent pid", ok: false, detail: (err as Error).message, fix });
+  }
+  // How the agent maps processes to containers: their cgroup file, as the host shows it.
+  const lines = parseCgroupFile(readOr(path.join(procRoot, "self", "cgroup"), ""));
+  const v2Only = lines.length === 1 && lines[0]!.hierarchy === 0;
+  checks.push(
+    lines.length
+      ? { name: "cgroup layout", ok: true, detail: v2Only ? "cgroup v2 (unified)" : `cgroup v1 or hybrid (${lines.length} hierarchies)` }
+      : { name: "cgroup layout", ok: false, detail: `${procRoot}/self/cgroup unreadable`, fix },
+  );
+  return checks;
+}
+
+/**
+ * Whether bpftrace really loads and attaches a tracepoint program with the
+ * privileges this process has: capability bits can look right and still be
+ * refused (a seccomp profile, a LSM, perf_event_paranoid, a read-only tracefs).
+ */
+async function attachCheck(bpftrace: string): Promise<Check> {
+  // A kernel struct read through BTF, as the probes do, and the tracepoints they use.
+  const program =
+    "tracepoint:sock:inet_sock_set_state { $s = (struct tcp_sock *)args->skaddr; @rcvd = $s->bytes_received; } " +
+    "tracepoint:sched:sched_process_exec { } BEGIN { exit(); }";
+  try {
+    const result = await execa(bpftrace, ["-e", program], { reject: false, timeout: 60_000, all: true, env: bpftraceEnv() });
+    if (result.exitCode === 0) return { name: "bpftrace attaches", ok: true, detail: "a program reading struct tcp_sock through BTF loaded and attached" };
+    const why = (result.all ?? "").split("\n").filter((l) => l.trim() && !/RLIMIT_MEMLOCK/.test(l)).slice(-2).join(" | ");
+    return { name: "bpftrace attaches", ok: false, detail: why || `exit code ${result.exitCode}`, fix: "grant CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE, and mount the host's tracefs" };
+  } catch (err) {
+    return { name: "bpftrace attaches", ok: false, detail: (err as Error).message, fix: "apt-get install bpftrace" };
+  }
+}
+
+export async function collectChecks(bpftrace: string, procRoot = "/proc"): Promise<Check[]> {
   const checks: Check[] = [];
   const tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].find((dir) => existsSync(`${dir}/events`));
   checks.push(
@@ -79,18 +148,13 @@ export async function collectChecks(bpftrace: string): Promise<Check[]> {
       ...(has("CAP_SYS_PTRACE") ? {} : { fix: "grant CAP_SYS_PTRACE so /proc/<pid>/status and cgroup of other users' processes are readable" }),
     });
   }
-  const cgroup2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
-  checks.push({
-    name: "cgroup layout",
-    ok: cgroup2 || existsSync("/sys/fs/cgroup"),
-    detail: cgroup2 ? "cgroup v2 (unified)" : existsSync("/sys/fs/cgroup") ? `cgroup v1 (${readdirSync("/sys/fs/cgroup").length} hierarchies)` : "no /sys/fs/cgroup",
-    ...(existsSync("/sys/fs/cgroup") ? {} : { fix: "mount the host's /sys/fs/cgroup (needed to map containers to pids)" }),
-  });
+  checks.push(await attachCheck(bpftrace));
+  checks.push(...hostProcChecks(procRoot));
   return checks;
 }
 
-export async function runDoctor(opts: { bpftrace: string; out: NodeJS.WritableStream }): Promise<number> {
-  const checks = await collectChecks(opts.bpftrace);
+export async function runDoctor(opts: { bpftrace: string; procRoot: string; out: NodeJS.WritableStream }): Promise<number> {
+  const checks = await collectChecks(opts.bpftrace, opts.procRoot);
   for (const check of checks) {
     opts.out.write(`${check.ok ? "ok  " : "FAIL"}  ${check.name}: ${check.detail}\n`);
     if (!check.ok && check.fix) opts.out.write(`      fix: ${check.fix}\n`);

@@ -230,10 +230,18 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         notTargets.delete(record.pid);
       } else {
         notTargets.add(record.pid);
-        probe.removeTarget(record.pid).then(
-          () => probe.forgetCounters(record.pid),
-          (err: unknown) => log.warnRateLimited("exec-decision", "probe did not drop a process that is not a target", { error: String(err) }),
-        );
+        // Not at once: a shell or a runtime's init often execs the real
+        // program a moment later (after moving itself into the container's
+        // cgroup), and a removal landing after that exec would leave the
+        // program untraced until the next decision reaches the kernel. What
+        // the process sends meanwhile is dropped here.
+        setTimeout(() => {
+          if (!notTargets.has(record.pid)) return;
+          probe.removeTarget(record.pid).then(
+            () => probe.forgetCounters(record.pid),
+            (err: unknown) => log.warnRateLimited("exec-decision", "probe did not drop a process that is not a target", { error: String(err) }),
+          );
+        }, 250).unref();
       }
       return true;
     }

@@ -124,7 +124,11 @@ void test("the DaemonSet asks for exactly the privileges it justifies", { skip: 
     if (hostVolumes.has(m.name)) assert.equal(m.readOnly, true, `${m.name} must be mounted read-only`);
   }
   const procMount = (c.volumeMounts ?? []).find((m) => hostVolumes.get(m.name) === "/proc");
-  assert.ok(c.args?.includes(`--proc-root=${procMount?.mountPath}`), "the agent reads the mounted host /proc");
+  assert.equal(
+    c.env?.find((e) => e.name === "LOSTWRITE_PROC_ROOT")?.value,
+    procMount?.mountPath,
+    "the agent (and doctor run in the pod) read the mounted host /proc",
+  );
 
   // Downward API, ports, probes, resources.
   const env = new Map((c.env ?? []).map((e) => [e.name, e.valueFrom?.fieldRef?.fieldPath]));

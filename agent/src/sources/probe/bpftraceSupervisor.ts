@@ -19,7 +19,7 @@ import type { AgentMetrics } from "../../sinks/metrics.ts";
 import { ControlChannel, ControlOp, encodeControl, endpointMessage } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
-import { renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
+import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 
 export interface Log {
   info(msg: string, fields?: Record<string, unknown>): void;
@@ -225,7 +225,7 @@ export class BpftraceSupervisor {
       buffer: false,
       reject: false,
       stdin: "ignore",
-      env: { BPFTRACE_MAP_KEYS_MAX: "16384" },
+      env: bpftraceEnv(),
     });
     this.child = child;
     this.lastBeat = Date.now();

@@ -78,6 +78,19 @@ export function programPath(variant: ProbeVariant): string {
   return path.join(probesDir(), PROGRAM_FILES[variant]);
 }
 
+const KERNEL_BTF = "/sys/kernel/btf/vmlinux";
+
+/**
+ * The environment every bpftrace of the agent runs with. BPFTRACE_BTF names
+ * the kernel's BTF file: left to itself, bpftrace 0.17 finds BTF by walking
+ * the kernel's BTF objects by id, which needs CAP_SYS_ADMIN, and with only
+ * the DaemonSet's capabilities it then knows no kernel struct ("Unknown
+ * struct/union: 'struct tcp_sock'"). Reading the file needs no privilege.
+ */
+export function bpftraceEnv(btf = KERNEL_BTF): Record<string, string> {
+  return { BPFTRACE_MAP_KEYS_MAX: "16384", ...(existsSync(btf) ? { BPFTRACE_BTF: btf } : {}) };
+}
+
 const MARKER = "// @initial-state";
 
 export function renderProgram(variant: ProbeVariant, state: ProbeState): string {

@@ -106,6 +106,24 @@ export function containerFromCgroupFile(text: string): ContainerRef | null {
   return null;
 }
 
+// "pod<uid>" (cgroupfs driver) or "kubepods-<qos>-pod<uid with _ for ->.slice" (systemd driver).
+const POD_SEGMENT = /^(?:kubepods(?:-[a-z]+)?-)?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$/;
+
+/**
+ * The pod UID a process's cgroup names, whatever its container: the pod's
+ * cgroup outlives its containers, so a restarted container's process is known
+ * to belong to its pod before the pod status names the new container id.
+ */
+export function podUidFromCgroupFile(text: string): string | null {
+  for (const line of parseCgroupFile(text)) {
+    for (const segment of line.path.split("/").reverse()) {
+      const match = POD_SEGMENT.exec(segment);
+      if (match) return (match[1] ?? "").replaceAll("_", "-");
+    }
+  }
+  return null;
+}
+
 const STATUS_ID = /^(containerd|cri-o|docker):\/\/([0-9a-fA-F]{64})$/;
 
 /**

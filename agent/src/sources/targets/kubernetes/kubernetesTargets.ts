@@ -8,7 +8,6 @@
 //
 // Callbacks fire with the whole current set, only when it changed. Pods that
 // go away take their processes with them at the next emission.
-import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
 import { lookup } from "node:dns/promises";
@@ -28,7 +27,8 @@ import {
 import { parseLabelSelector } from "./labelSelector.ts";
 import { describeIssues, EndpointSliceSchema, PodSchema, type EndpointSlice, type Pod } from "./objects.ts";
 import { watchedContainers, type SelectionPolicy, type WatchedContainer } from "./podSelection.ts";
-import { containerFromCgroupFile } from "../cgroup.ts";
+import { existsSync, readFileSync } from "node:fs";
+import { containerFromCgroupFile, podUidFromCgroupFile } from "../cgroup.ts";
 import { ContainerProcessScanner } from "./processScan.ts";
 import { ValidatedListWatch } from "./validatedListWatch.ts";
 
@@ -72,6 +72,8 @@ export class KubernetesTargets {
   readonly #targetListeners = new Set<(targets: KubeTarget[]) => void>();
   readonly #apiserverListeners = new Set<(endpoints: ApiserverEndpoint[]) => void>();
   #targets: KubeTarget[] = [];
+  /** Processes admitted at their exec, by pid: alive ones stay targets though no scan matches them yet. */
+  readonly #admitted = new Map<number, ProcessIdentity>();
   #targetsKey = "";
   #apiservers: ApiserverEndpoint[] = [];
   #staticApiservers: ApiserverEndpoint[] = [];
@@ -138,7 +140,10 @@ export class KubernetesTargets {
   /**
    * A process that just exec'd, decided now (the probe traces it meanwhile):
    * its identity when it runs in a watched container, else null. Read
-   * synchronously so the probe's next lines from it already have a pod.
+   * synchronously so the probe's next lines from it already have a pod. A
+   * container that restarted has a new id the pod status does not name yet;
+   * its pod's cgroup is the same, so the pod UID in the cgroup path still
+   * says whose it is (and which container, when the pod watches only one).
    */
   admitExec(pid: number, comm: string): ProcessIdentity | null {
     let text: string;
@@ -147,29 +152,39 @@ export class KubernetesTargets {
     } catch {
       return null; // gone already
     }
-    const ref = containerFromCgroupFile(text);
-    if (!ref) return null;
+    const containerId = containerFromCgroupFile(text)?.id;
+    if (containerId === undefined) return null;
+    const podUid = podUidFromCgroupFile(text);
+    let found: WatchedContainer | null = null;
     for (const pod of this.#pods.objects()) {
-      for (const c of watchedContainers(pod, this.#policy)) {
-        if (c.containerId !== ref.id) continue;
-        if (this.#targets.length >= (this.#opts.maxTargets ?? 4096)) {
-          this.#capacity("targets");
-          return null;
-        }
-        const identity: ProcessIdentity = {
-          pid,
-          tid: pid,
-          process: comm,
-          namespace: c.namespace,
-          pod: c.pod,
-          container: c.container,
-          controller: c.controller,
-        };
-        this.#targets = [...this.#targets.filter((t) => t.pid !== pid), { pid, identity }];
-        return identity;
+      const watched = watchedContainers(pod, this.#policy);
+      const exact = watched.find((c) => c.containerId === containerId);
+      if (exact) {
+        found = exact;
+        break;
+      }
+      if (podUid !== null && pod.metadata.uid === podUid && watched.length > 0) {
+        found = { ...watched[0]!, containerId, container: new Set(watched.map((c) => c.container)).size === 1 ? watched[0]!.container : "" };
       }
     }
-    return null;
+    if (!found) return null;
+    if (this.#admitted.size >= (this.#opts.maxTargets ?? 4096)) {
+      this.#capacity("targets");
+      return null;
+    }
+    const identity: ProcessIdentity = {
+      pid,
+      tid: pid,
+      process: comm,
+      namespace: found.namespace,
+      pod: found.pod,
+      container: found.container,
+      controller: found.controller,
+    };
+    // Kept across scans until the pod status names its container (or it exits).
+    this.#admitted.set(pid, identity);
+    this.#targets = [...this.#targets.filter((t) => t.pid !== pid), { pid, identity }];
+    return identity;
   }
 
   targets(): KubeTarget[] {
@@ -236,6 +251,14 @@ export class KubernetesTargets {
     const { processes, dropped } = await this.#scanner.scan(new Set(byContainer.keys()));
     if (dropped > 0) this.#capacity("targets", dropped);
     const targets: KubeTarget[] = [];
+    const scanned = new Set(processes.map((p) => p.pid));
+    const watchedPods = new Set([...byContainer.values()].map((c) => `${c.namespace}/${c.pod}`));
+    for (const [pid, identity] of this.#admitted) {
+      if (scanned.has(pid)) this.#admitted.delete(pid); // the pod status names its container now
+      else if (!watchedPods.has(`${identity.namespace}/${identity.pod}`)) this.#admitted.delete(pid);
+      else if (!existsSync(join(this.#opts.procRoot ?? "/proc", String(pid)))) this.#admitted.delete(pid);
+      else targets.push({ pid, identity });
+    }
     for (const p of processes) {
       const c = byContainer.get(p.containerId);
       if (!c) continue;
