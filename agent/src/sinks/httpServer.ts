@@ -2,8 +2,46 @@
 // answers: liveness, never tied to bpftrace, so a kernel problem does not
 // make the kubelet restart-loop the agent), /readyz (the probe is attached).
 // The WebSocket feed attaches to the same server for /events.
+// /metrics answers in the format the scraper asks for: OpenMetrics (with the
+// loss counters' trace exemplars) when its Accept header prefers
+// `application/openmetrics-text`, as Prometheus's does; the classic text
+// format otherwise.
 import http from "node:http";
+import { Registry } from "prom-client";
 import type { AgentMetrics } from "./metrics.ts";
+
+export type MetricsFormat = "openmetrics" | "text";
+
+/**
+ * The exposition format for an Accept header: the most preferred (highest q,
+ * then first listed) media range we serve. OpenMetrics only at version 1.0.0
+ * or unversioned; anything else, or nothing, gets the classic text format.
+ */
+export function negotiateMetricsFormat(accept: string | undefined): MetricsFormat {
+  if (!accept) return "text";
+  const ranges = accept
+    .split(",")
+    .map((range, index) => {
+      const [type = "", ...parameters] = range.split(";").map((part) => part.trim());
+      const params = new Map(
+        parameters.map((parameter) => {
+          const eq = parameter.indexOf("=");
+          return eq < 0
+            ? [parameter.toLowerCase(), ""]
+            : [parameter.slice(0, eq).trim().toLowerCase(), parameter.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1")];
+        }),
+      );
+      const q = params.has("q") ? Number(params.get("q")) : 1;
+      return { type: type.toLowerCase(), version: params.get("version"), q: Number.isFinite(q) ? q : 0, index };
+    })
+    .filter((range) => range.q > 0)
+    .sort((a, b) => b.q - a.q || a.index - b.index);
+  for (const range of ranges) {
+    if (range.type === "application/openmetrics-text" && (range.version === undefined || range.version === "1.0.0")) return "openmetrics";
+    if (range.type === "text/plain" || range.type === "text/*" || range.type === "*/*") return "text";
+  }
+  return "text";
+}
 
 export interface HttpServerOptions {
   host: string;
@@ -20,9 +58,10 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<http.Ser
       return;
     }
     if (path === "/metrics") {
-      opts.metrics
-        .text()
-        .then((text) => res.writeHead(200, { "content-type": opts.metrics.registry.contentType }).end(text))
+      const openMetrics = negotiateMetricsFormat(req.headers.accept) === "openmetrics";
+      const contentType = openMetrics ? Registry.OPENMETRICS_CONTENT_TYPE : opts.metrics.registry.contentType;
+      (openMetrics ? opts.metrics.openMetrics() : opts.metrics.text())
+        .then((text) => res.writeHead(200, { "content-type": contentType, vary: "Accept" }).end(text))
         .catch((err: unknown) => res.writeHead(500).end(String(err)));
     } else if (path === "/healthz") {
       res.writeHead(200, { "content-type": "text/plain" }).end("ok\n");

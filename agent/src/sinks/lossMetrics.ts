@@ -1,7 +1,7 @@
 // Turns events into metric increments, with every label value kept inside its
 // closed set (metrics.ts), so series stay bounded whatever the kernel says.
 import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
-import { CAUSES, closed, CONNECTION_LOSS_REASONS, NOTICED, SYSCALLS, type AgentMetrics } from "./metrics.ts";
+import { CAUSES, closed, CONNECTION_LOSS_REASONS, NOTICED, SYSCALLS, traceExemplar, type AgentMetrics } from "./metrics.ts";
 import { ERRNO_LABELS } from "./errnoLabels.ts";
 import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
 
@@ -51,10 +51,11 @@ export class BoundedLabel {
   }
 }
 
+/** Counts a loss; its trace (if the loss was joined with a span) becomes the series' exemplar. */
 export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: string): void {
   const request =
     event.request === null ? "unknown" : isStatusWrite(event.request.method ?? "", event.request.path ?? "") ? "status" : "other";
-  metrics.statusWriteLost.inc({
+  const labels = {
     namespace: event.namespace ?? "",
     pod: event.pod ?? "",
     container: event.container ?? "",
@@ -64,7 +65,8 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
     cause: closed(CAUSES, event.cause),
     errno: errnoLabel(event.errno),
     noticed: closed(NOTICED, event.noticed),
-  });
+  };
+  metrics.incWithExemplar(metrics.statusWriteLost, labels, traceExemplar(event.trace_id, event.span_id));
 }
 
 /** A watched workload's per-process series, at zero until something happens. */
@@ -91,7 +93,7 @@ export async function removePodSeries(metrics: AgentMetrics, namespace: string, 
   for (const metric of perWorkload) {
     const { values } = await metric.get();
     for (const { labels } of values) {
-      if (labels.namespace === namespace && labels.pod === pod) metric.remove(labels as Record<string, string>);
+      if (labels.namespace === namespace && labels.pod === pod) metrics.removeSeries(metric, labels);
     }
   }
 }

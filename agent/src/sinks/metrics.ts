@@ -1,8 +1,9 @@
 // Every metric the agent exports is declared here, in one module, so the
 // public contract (docs/metrics.md, dashboards, alerts) has one source.
 // Label values come from closed sets; anything outside a set becomes "other",
-// so no label can grow with pids, object names, paths or trace ids.
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+// so no label can grow with pids, object names, paths or trace ids: a trace
+// id rides on a series as its OpenMetrics exemplar instead (see below).
+import { Counter, Gauge, Histogram, Registry, type LabelValues } from "prom-client";
 
 export const CAUSES = [
   "write_failed",
@@ -33,6 +34,71 @@ export function closed<T extends readonly string[]>(set: T, value: string): T[nu
 }
 
 const workload = ["namespace", "pod", "container", "process"] as const;
+
+/** The metrics whose series carry the trace of their latest increment as an exemplar (docs/metrics.md). */
+export const EXEMPLAR_METRICS = ["lostwrite_status_write_lost_total"] as const;
+
+/** An exemplar's labels: the trace, and the span within it when known. */
+export interface ExemplarLabels {
+  trace_id: string;
+  span_id?: string;
+}
+
+/** OpenMetrics caps an exemplar's label names and values at 128 characters together. */
+export const EXEMPLAR_LABELS_MAX_CHARS = 128;
+
+const TRACE_ID = /^[0-9a-f]{32}$/;
+const SPAN_ID = /^[0-9a-f]{16}$/;
+const INVALID_TRACE_ID = "0".repeat(32);
+const INVALID_SPAN_ID = "0".repeat(16);
+
+/**
+ * The exemplar labels for a W3C trace and span id, or null without a valid
+ * trace id (ids come from the operators' spans, i.e. from outside). A span id
+ * that is not valid is left out; both ids valid are 63 characters, well
+ * inside the OpenMetrics limit.
+ */
+export function traceExemplar(traceId: string | null | undefined, spanId: string | null | undefined): ExemplarLabels | null {
+  const trace = traceId?.toLowerCase() ?? "";
+  if (!TRACE_ID.test(trace) || trace === INVALID_TRACE_ID) return null;
+  const span = spanId?.toLowerCase() ?? "";
+  return SPAN_ID.test(span) && span !== INVALID_SPAN_ID ? { trace_id: trace, span_id: span } : { trace_id: trace };
+}
+
+interface Exemplar {
+  labels: ExemplarLabels;
+  value: number;
+  /** Seconds since the epoch, when the increment was counted. */
+  timestamp: number;
+}
+
+/** One key per series: its label values in label-name order. */
+function seriesKey(labels: Record<string, string | number | undefined>): string {
+  return JSON.stringify(
+    Object.keys(labels)
+      .filter((name) => labels[name] !== undefined)
+      .sort()
+      .map((name) => [name, String(labels[name])]),
+  );
+}
+
+function escapeOpenMetrics(text: string): string {
+  return text.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+}
+
+function formatLabels(labels: Record<string, string | number | undefined>): string {
+  const pairs = Object.entries(labels)
+    .filter(([, value]) => value !== undefined)
+    .map(([name, value]) => `${name}="${escapeOpenMetrics(String(value))}"`);
+  return pairs.length > 0 ? `{${pairs.join(",")}}` : "";
+}
+
+function formatNumber(value: number): string {
+  if (Number.isNaN(value)) return "NaN";
+  if (value === Infinity) return "+Inf";
+  if (value === -Infinity) return "-Inf";
+  return String(value);
+}
 
 export class AgentMetrics {
   readonly registry = new Registry();
@@ -157,6 +223,15 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
+  /**
+   * Exemplars by metric, then by series. Kept here rather than with
+   * prom-client's `enableExemplars`: that switches a counter's `inc` to an
+   * object-only form (a classic `inc(labels)` would then silently count the
+   * unlabelled series), and prom-client's OpenMetrics registry renames the
+   * counters it renders in place, which would break the classic exposition.
+   */
+  private readonly exemplars = new Map<object, Map<string, Exemplar>>();
+
   constructor() {
     // Closed label sets start at zero so rate() and absent-series alerts work
     // from the first scrape.
@@ -170,7 +245,58 @@ export class AgentMetrics {
     this.spansReceived.inc(0);
   }
 
+  /**
+   * Increments `counter`'s series for `labels`; with a trace, that trace
+   * becomes the series' exemplar (the latest increment's), served in the
+   * OpenMetrics exposition only.
+   */
+  incWithExemplar<T extends string>(counter: Counter<T>, labels: LabelValues<T>, exemplar: ExemplarLabels | null, value = 1): void {
+    counter.inc(labels, value);
+    if (exemplar === null) return;
+    const size = Object.entries(exemplar).reduce((sum, [name, v]) => sum + name.length + String(v).length, 0);
+    if (size > EXEMPLAR_LABELS_MAX_CHARS) return;
+    let series = this.exemplars.get(counter);
+    if (!series) this.exemplars.set(counter, (series = new Map<string, Exemplar>()));
+    series.set(seriesKey(labels), { labels: { ...exemplar }, value, timestamp: Date.now() / 1000 });
+  }
+
+  /** Removes a series of `counter` and its exemplar. */
+  removeSeries<T extends string>(counter: Counter<T>, labels: LabelValues<T>): void {
+    counter.remove(labels);
+    this.exemplars.get(counter)?.delete(seriesKey(labels));
+  }
+
+  /** The classic Prometheus text format (0.0.4), without exemplars. */
   text(): Promise<string> {
     return this.registry.metrics();
+  }
+
+  /**
+   * The same metrics in the OpenMetrics text format (1.0.0), with exemplars.
+   * Rendered from the registry's values, so the registry and the classic
+   * format are untouched.
+   */
+  async openMetrics(): Promise<string> {
+    const lines: string[] = [];
+    for (const family of await this.registry.getMetricsAsJSON()) {
+      const type = String(family.type);
+      // OpenMetrics names a counter family without `_total` and its samples with it.
+      const name = type === "counter" ? family.name.replace(/_total$/, "") : family.name;
+      lines.push(`# HELP ${name} ${escapeOpenMetrics(family.help)}`, `# TYPE ${name} ${type}`);
+      const metric = this.registry.getSingleMetric(family.name);
+      const exemplars = metric && this.exemplars.get(metric);
+      for (const sample of family.values) {
+        const sampleName = "metricName" in sample && typeof sample.metricName === "string"
+          ? sample.metricName
+          : type === "counter" ? `${name}_total` : name;
+        let line = `${sampleName}${formatLabels(sample.labels)} ${formatNumber(sample.value)}`;
+        const exemplar = exemplars?.get(seriesKey(sample.labels));
+        if (exemplar) {
+          line += ` # ${formatLabels({ ...exemplar.labels })} ${formatNumber(exemplar.value)} ${exemplar.timestamp.toFixed(3)}`;
+        }
+        lines.push(line);
+      }
+    }
+    return `${lines.join("\n")}\n# EOF\n`;
   }
 }

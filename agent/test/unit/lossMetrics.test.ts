@@ -24,6 +24,16 @@ describe("loss metrics", () => {
     assert.deepEqual(seen, ["other/none", "status/EPIPE", "unknown/other"]);
   });
 
+  it("keeps a joined loss's trace as its series' exemplar, and no exemplar for an id that is not a trace id", async () => {
+    const metrics = new AgentMetrics();
+    recordLoss(metrics, event({ trace_id: "4bf92f3577b34da6a3ce929d0e0e4736", span_id: "00f067aa0ba902b7" }), "widget");
+    recordLoss(metrics, event({ pod: "op-2" }), "widget"); // trace_id "t"
+    const text = await metrics.openMetrics();
+    assert.match(text, /pod="op-1"[^}]*\} 1 # \{trace_id="4bf92f3577b34da6a3ce929d0e0e4736",span_id="00f067aa0ba902b7"\} 1 \d+\.\d{3}$/m);
+    assert.match(text, /pod="op-2"[^}]*\} 1$/m);
+    assert.ok(!(await metrics.text()).includes("trace_id"), "the classic format has no exemplars");
+  });
+
   it("bounds controller names taken from spans", () => {
     const label = new BoundedLabel(2);
     assert.deepEqual(["a", "b", "c", "a"].map((v) => label.value(v)), ["a", "b", "other", "a"]);
