@@ -3,43 +3,19 @@
 // of an unknown type or of an unexpected shape is an error the caller counts,
 // never an exception that stops the stream.
 import { z } from "zod";
+import { isPrintfKind, parsePrintfFields, type PrintfRecord } from "./probeLines.ts";
 
 export const MAX_LINE_BYTES = 4 * 1024 * 1024;
 
 export type CounterMap = "writes" | "bytes" | "transient" | "retransmits";
 
+/**
+ * One line of bpftrace output. The printf lines (hello, exec, send, connect,
+ * close, ack, tick) have the fields PROBE_LINES in probeLines.ts gives them.
+ */
 export type ProbeRecord =
   | { type: "attached"; probes: number }
-  | { type: "hello"; ts: bigint; agentPid: number }
-  | {
-      type: "send";
-      ts: bigint;
-      pid: number;
-      tid: number;
-      syscallNr: number;
-      ret: number;
-      port: number;
-      addr: string;
-      comm: string;
-    }
-  | { type: "connect"; ts: bigint; pid: number; tid: number; err: number; port: number; addr: string; comm: string }
-  | {
-      type: "close";
-      ts: bigint;
-      pid: number;
-      tid: number;
-      err: number;
-      reset: boolean;
-      unansweredBytes: number;
-      waitedNs: bigint;
-      retransmits: number;
-      port: number;
-      addr: string;
-      comm: string;
-    }
-  | { type: "exec"; ts: bigint; pid: number; cgroup: bigint; comm: string }
-  | { type: "ack"; seq: number }
-  | { type: "tick"; ts: bigint }
+  | PrintfRecord
   | { type: "counters"; map: CounterMap; entries: { key: number[]; value: bigint }[] }
   | { type: "lost"; events: number };
 
@@ -112,98 +88,11 @@ function parseMap(data: Record<string, Record<string, number | bigint>>): ParseR
   return { ok: true, record: { type: "counters", map, entries } };
 }
 
-const int = /^-?\d+$/;
-
-/**
- * Splits a printf line into its numeric fields, then `words` space-free words,
- * then the rest (comm, which may hold spaces). Null when the shape is wrong.
- */
-function fields(text: string, numeric: number, words = 0, rest = false): { nums: string[]; words: string[]; rest: string } | null {
-  const parts = text.split(" ").slice(1);
-  const fixed = numeric + words;
-  if (rest ? parts.length <= fixed : parts.length !== fixed) return null;
-  const nums = parts.slice(0, numeric);
-  if (!nums.every((part) => int.test(part))) return null;
-  return { nums, words: parts.slice(numeric, fixed), rest: parts.slice(fixed).join(" ") };
-}
-
 function parsePrintf(text: string): ParseResult {
-  const kind = text.slice(0, text.indexOf(" ") === -1 ? text.length : text.indexOf(" "));
-  const bad = (): ParseResult => ({ ok: false, error: `malformed "${kind}" line: ${preview(text)}` });
-  const n = (s: string): number => Number(s);
-  switch (kind) {
-    case "hello": {
-      const f = fields(text, 2);
-      if (!f) return bad();
-      return { ok: true, record: { type: "hello", ts: BigInt(f.nums[0]!), agentPid: n(f.nums[1]!) } };
-    }
-    case "tick": {
-      const f = fields(text, 1);
-      if (!f) return bad();
-      return { ok: true, record: { type: "tick", ts: BigInt(f.nums[0]!) } };
-    }
-    case "ack": {
-      const f = fields(text, 1);
-      if (!f) return bad();
-      return { ok: true, record: { type: "ack", seq: n(f.nums[0]!) } };
-    }
-    case "exec": {
-      const f = fields(text, 3, 0, true);
-      if (!f) return bad();
-      const [ts, pid, cgroup] = f.nums as [string, string, string];
-      return { ok: true, record: { type: "exec", ts: BigInt(ts), pid: n(pid), cgroup: BigInt(cgroup), comm: f.rest } };
-    }
-    case "send": {
-      const f = fields(text, 6, 1, true);
-      if (!f) return bad();
-      const [ts, pid, tid, nr, ret, port] = f.nums as [string, string, string, string, string, string];
-      const addr = f.words[0]!;
-      const comm = f.rest;
-      return {
-        ok: true,
-        record: { type: "send", ts: BigInt(ts), pid: n(pid), tid: n(tid), syscallNr: n(nr), ret: n(ret), port: n(port), addr, comm },
-      };
-    }
-    case "connect": {
-      const f = fields(text, 5, 1, true);
-      if (!f) return bad();
-      const [ts, pid, tid, err, port] = f.nums as [string, string, string, string, string];
-      const addr = f.words[0]!;
-      const comm = f.rest;
-      return {
-        ok: true,
-        record: { type: "connect", ts: BigInt(ts), pid: n(pid), tid: n(tid), err: n(err), port: n(port), addr, comm },
-      };
-    }
-    case "close": {
-      const f = fields(text, 9, 1, true);
-      if (!f) return bad();
-      const [ts, pid, tid, err, rst, unanswered, waited, retrans, port] = f.nums as [
-        string, string, string, string, string, string, string, string, string,
-      ];
-      const addr = f.words[0]!;
-      const comm = f.rest;
-      return {
-        ok: true,
-        record: {
-          type: "close",
-          ts: BigInt(ts),
-          pid: n(pid),
-          tid: n(tid),
-          err: n(err),
-          reset: rst !== "0",
-          unansweredBytes: n(unanswered),
-          waitedNs: BigInt(waited),
-          retransmits: n(retrans),
-          port: n(port),
-          addr,
-          comm,
-        },
-      };
-    }
-    default:
-      return { ok: false, error: `unknown printf kind "${kind}": ${preview(text)}` };
-  }
+  const [kind, ...words] = text.split(" ") as [string, ...string[]];
+  if (!isPrintfKind(kind)) return { ok: false, error: `unknown printf kind "${kind}": ${preview(text)}` };
+  const record = parsePrintfFields(kind, words);
+  return record ? { ok: true, record } : { ok: false, error: `malformed "${kind}" line: ${preview(text)}` };
 }
 
 function preview(text: string): string {

@@ -1,0 +1,105 @@
+// The printf lines of probes/*.bt, as data: one entry per line kind, its
+// fields in the order the probe prints them after the kind word, each with
+// the type it is parsed to. This table drives the parser (probeOutput.ts),
+// the record types are derived from it, and a unit test
+// (agent/test/unit/probe/probeLines.test.ts) checks every printf of every
+// probe and the OUTPUT section of every probe's header comment against it.
+//
+// Field types, what they are parsed to, and the printf conversions a probe
+// may print them with (PRINTF_CONVERSIONS):
+//   int   a decimal integer, to a number           %d, %lld, %llu
+//   u64   a decimal integer, to an exact bigint    %llu only: bpftrace 0.17
+//         truncates a %d to 32 bits whatever the value's type
+//   bool  a decimal integer, to true unless 0      %d
+//   word  one space-free word (ntop's address)     %s
+//   rest  the rest of the line, spaces included    %s (last field only: comm)
+// Field keys are the record's keys; the headers name them in UPPER_SNAKE_CASE
+// (headerName). Record keys come in the table's order.
+
+export type FieldType = "int" | "u64" | "bool" | "word" | "rest";
+
+export const PROBE_LINES = {
+  hello: { ts: "u64", agentPid: "int" },
+  exec: { ts: "u64", pid: "int", cgroup: "u64", comm: "rest" },
+  send: { ts: "u64", pid: "int", tid: "int", syscallNr: "int", ret: "int", port: "int", addr: "word", comm: "rest" },
+  connect: { ts: "u64", pid: "int", tid: "int", err: "int", port: "int", addr: "word", comm: "rest" },
+  close: {
+    ts: "u64",
+    pid: "int",
+    tid: "int",
+    err: "int",
+    reset: "bool",
+    unansweredBytes: "int",
+    waitedNs: "u64",
+    retransmits: "int",
+    port: "int",
+    addr: "word",
+    comm: "rest",
+  },
+  ack: { seq: "int" },
+  tick: { ts: "u64" },
+} as const satisfies Record<string, Record<string, FieldType>>;
+
+export const PRINTF_CONVERSIONS: Record<FieldType, readonly string[]> = {
+  int: ["%d", "%lld", "%llu"],
+  u64: ["%llu"],
+  bool: ["%d"],
+  word: ["%s"],
+  rest: ["%s"],
+};
+
+/**
+ * A field's name in the probes' header comments: the record key in
+ * UPPER_SNAKE_CASE (syscallNr is SYSCALL_NR), except where the header keeps
+ * the probe's own shorter name.
+ */
+export function headerName(key: string): string {
+  const renamed: Record<string, string> = { reset: "RST", unansweredBytes: "UNANSWERED", retransmits: "RETRANS" };
+  return renamed[key] ?? key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase();
+}
+
+export type PrintfKind = keyof typeof PROBE_LINES;
+
+interface ValueOf {
+  int: number;
+  u64: bigint;
+  bool: boolean;
+  word: string;
+  rest: string;
+}
+
+type Fields<K extends PrintfKind> = (typeof PROBE_LINES)[K];
+
+/** The record of one printf line kind, e.g. { type: "tick"; ts: bigint }. */
+export type PrintfRecordOf<K extends PrintfKind> = { type: K } & { -readonly [F in keyof Fields<K>]: ValueOf[Fields<K>[F] & FieldType] };
+
+export type PrintfRecord = { [K in PrintfKind]: PrintfRecordOf<K> }[PrintfKind];
+
+export function isPrintfKind(kind: string): kind is PrintfKind {
+  return Object.hasOwn(PROBE_LINES, kind);
+}
+
+const INTEGER = /^-?\d+$/;
+const FIELD_LISTS = new Map<string, [string, FieldType][]>(Object.entries(PROBE_LINES).map(([kind, fields]) => [kind, Object.entries(fields)]));
+
+/**
+ * The record of a line of a known kind from the words after its kind word (the
+ * line split on single spaces). Null when the shape is wrong: too few or too
+ * many words, or a numeric field that is not a decimal integer.
+ */
+export function parsePrintfFields(kind: PrintfKind, words: string[]): PrintfRecord | null {
+  const fields = FIELD_LISTS.get(kind)!;
+  const hasRest = fields.at(-1)?.[1] === "rest";
+  if (hasRest ? words.length < fields.length : words.length !== fields.length) return null;
+  const record: Record<string, unknown> = { type: kind };
+  for (const [i, [key, type]] of fields.entries()) {
+    const word = words[i]!;
+    if ((type === "int" || type === "u64" || type === "bool") && !INTEGER.test(word)) return null;
+    if (type === "int") record[key] = Number(word);
+    else if (type === "u64") record[key] = BigInt(word);
+    else if (type === "bool") record[key] = word !== "0";
+    else if (type === "word") record[key] = word;
+    else record[key] = words.slice(i).join(" ");
+  }
+  return record as PrintfRecord;
+}
