@@ -6,7 +6,9 @@
 // Every stage is built before any starts; start-up is ordered (sinks, then
 // intake, then the probe) and teardown always runs, in reverse. Stages talk
 // through bounded queues whose drops are counted.
+import { existsSync } from "node:fs";
 import type http from "node:http";
+import path from "node:path";
 import { execa } from "execa";
 import type { Config } from "./config.ts";
 import type { LossEvent, ProcessIdentity } from "./model.ts";
@@ -235,11 +237,12 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         // cgroup), and a removal landing after that exec would leave the
         // program untraced until the next decision reaches the kernel. What
         // the process sends meanwhile is dropped here.
+        // Most such processes are gone by then, and their exit removed them
+        // in the kernel: only the ones still running cost a control message.
         setTimeout(() => {
-          if (!notTargets.has(record.pid)) return;
-          probe.removeTarget(record.pid).then(
-            () => probe.forgetCounters(record.pid),
-            (err: unknown) => log.warnRateLimited("exec-decision", "probe did not drop a process that is not a target", { error: String(err) }),
+          if (!notTargets.has(record.pid) || !existsSync(path.join(config["proc-root"], String(record.pid)))) return;
+          probe.removeTarget(record.pid).catch((err: unknown) =>
+            log.warnRateLimited("exec-decision", "probe did not drop a process that is not a target", { error: String(err) }),
           );
         }, 250).unref();
       }

@@ -25,6 +25,8 @@ export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
     "sock/inet_sock_set_state",
     "tcp/tcp_receive_reset",
     "tcp/tcp_retransmit_skb",
+    "sched/sched_process_exec",
+    "sched/sched_process_exit",
   ],
   syscalls: [
     "syscalls/sys_enter_write",
@@ -41,6 +43,7 @@ export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
     "tcp/tcp_rcv_space_adjust",
     "tcp/tcp_receive_reset",
     "tcp/tcp_retransmit_skb",
+    "sched/sched_process_exec",
     "sched/sched_process_exit",
   ],
 };
