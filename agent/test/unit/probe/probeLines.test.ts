@@ -51,13 +51,10 @@ const recordTypesUnchanged: Same<Flat<PrintfRecord>, Flat<Expected>> = true;
  * Known disagreements between a probe's printf and the table, as
  * "file kind field conversion". Each is a bug in the probe, listed so that CI
  * stays green until the probe is fixed; the test fails when one is fixed and
- * still listed.
- *
- * close's WAITED_NS is printed with %d, which bpftrace 0.17 truncates to 32
- * bits: a wait of 5 s (5000000000 ns) prints as 705032704, and one between
- * 2.1 s and 4.3 s as a negative number. It should be %llu.
+ * still listed. (close's WAITED_NS was one: %d, which bpftrace 0.17 cuts to
+ * 32 bits, so a 5 s wait printed as 705032704.)
  */
-const KNOWN_MISMATCHES = new Set(["apiserver_sockets.bt close waitedNs %d", "apiserver_syscalls.bt close waitedNs %d"]);
+const KNOWN_MISMATCHES = new Set<string>();
 
 /** Every printf format string of a program, its comments left out. */
 function printfFormats(text: string): string[] {
