@@ -15,7 +15,7 @@ import { execFile, execFileSync, spawn, spawnSync } from "node:child_process";
 import { promisify } from "node:util";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, rmdir, symlink } from "node:fs/promises";
-import { realpathSync } from "node:fs";
+import { readdirSync, readFileSync, realpathSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -199,6 +199,28 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
     // Every change was acknowledged by the probe: none was assumed applied.
     assert.equal(await agent.metric("lostwrite_probe_control_failures_total"), 0);
     assert.equal((await fetch(`${agent.url}/readyz`)).status, 200);
+  });
+
+  it("applies a change made while bpftrace restarts, once the new one attaches", async () => {
+    const agentPid = hostPidOfShapedAgent(agent.child.pid!)!;
+    const bpftrace = readdirSync(`/proc/${agentPid}/task`)
+      .flatMap((tid) => readFileSync(`/proc/${agentPid}/task/${tid}/children`, "utf8").split(" ").filter(Boolean).map(Number))
+      .find((pid) => readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "bpftrace");
+    assert.ok(bpftrace, "the agent's bpftrace");
+    const moved = await faultyServer();
+    cleanup.push(() => void moved.close());
+    const movedPort = (moved.address() as net.AddressInfo).port;
+    process.kill(bpftrace, "SIGKILL");
+    // The new bpftrace is started at once and compiles for a second or more:
+    // the change lands while it is not attached, after its program was rendered.
+    await waitFor("the restart", () => agent.stderr.some((l) => l.includes("bpftrace exited; restarting")));
+    await new Promise((r) => setTimeout(r, 400));
+    await control(api, "POST", "/objects", kubernetesSlice(["127.0.0.1"], movedPort));
+    await waitFor("the endpoint change", () => agent.stderr.some((l) => l.includes("apiserver endpoints") && l.includes(`127.0.0.1:${movedPort}`)));
+    await waitFor("bpftrace attached again", async () => (await agent.metric("lostwrite_probe_up")) === 1, 30_000);
+    const r = await run([path.join(dir, "lw-short"), SHORT_LIVED, String(movedPort), "50", "300"]);
+    await waitFor("the loss on the apiserver's new address", () => agent.events.some((e) => e.pid === r.pid && e.apiserver === `127.0.0.1:${movedPort}`));
+    assert.equal(await agent.metric("lostwrite_probe_control_failures_total"), 0);
   });
 
   it("has doctor tell the truth about the shape", () => {
