@@ -117,7 +117,7 @@ describe("exemplars: a loss's trace id reaches Prometheus's exemplar storage", {
       throw new Error(`${(error as Error).message}; last answer ${JSON.stringify(series)}; Prometheus: ${prometheus.output()}`);
     });
     const exemplar = found!.exemplars.find((e) => e.labels.trace_id === event!.trace_id)!;
-    assert.deepEqual(exemplar.labels, { trace_id: event!.trace_id, span_id: event!.span_id });
+    assert.deepEqual(exemplar.labels, { trace_id: event.trace_id, span_id: event.span_id });
     assert.equal(Number(exemplar.value), 1);
     assert.ok(exemplar.timestamp >= startedAt && exemplar.timestamp <= Date.now() / 1000 + 1, `exemplar time ${exemplar.timestamp}`);
     // On the series the dashboard's silent-loss panels select.
