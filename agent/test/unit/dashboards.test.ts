@@ -76,15 +76,34 @@ void test("every panel uses the datasource variable and has a unit and a descrip
   assert.equal(new Set(titles).size, titles.length, "panel titles are unique (runbooks refer to them)");
 });
 
-void test("loss panels request exemplars and link to the trace in Tempo and Jaeger by trace id", () => {
+const traceLinked = z.object({
+  targets: z.array(z.object({ exemplar: z.boolean().optional() })),
+  fieldConfig: z.object({
+    defaults: z.object({ links: z.array(z.object({ url: z.string() })).optional() }),
+    overrides: z.array(
+      z.object({
+        matcher: z.object({ id: z.string(), options: z.unknown() }),
+        properties: z.array(z.object({ id: z.string(), value: z.unknown() })),
+      }),
+    ),
+  }),
+});
+const links = z.array(z.object({ title: z.string(), url: z.string() }));
+
+void test("loss panels request exemplars and link to the trace in Tempo and Jaeger from the exemplar's trace_id", () => {
   for (const title of ["Lost writes/s by controller and cause", "Silent vs noticed losses/s", "Lost writes/s by errno"]) {
-    const p = dataPanel.parse(dataPanels.find((x) => x.title === title));
+    const p = traceLinked.parse(dataPanels.find((x) => x.title === title));
     assert.ok(p.targets.every((t) => t.exemplar === true), `${title}: exemplars`);
-    const links = p.fieldConfig.defaults.links ?? [];
+    // The links sit on the exemplar's trace_id field (the agent's exemplar label),
+    // not on the series, whose points have no trace id to interpolate.
+    assert.ok(!(p.fieldConfig.defaults.links ?? []).some((l) => l.url.includes("trace_id")), `${title}: a trace link on the series`);
+    const traceIdLinks = p.fieldConfig.overrides
+      .filter((o) => o.matcher.id === "byName" && o.matcher.options === "trace_id")
+      .flatMap((o) => o.properties.filter((prop) => prop.id === "links").flatMap((prop) => links.parse(prop.value)));
     for (const backend of ["${tempo}", "${jaeger}"]) {
       assert.ok(
-        links.some((l) => l.url.includes(backend) && l.url.includes("${__data.fields.trace_id}")),
-        `${title}: no trace link to ${backend} by trace id`,
+        traceIdLinks.some((l) => l.url.includes(backend) && l.url.includes("${__data.fields.trace_id}")),
+        `${title}: no trace link to ${backend} on the exemplar's trace_id`,
       );
     }
   }
