@@ -203,18 +203,26 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
 
   it("applies a change made while bpftrace restarts, once the new one attaches", async () => {
     const agentPid = hostPidOfShapedAgent(agent.child.pid!)!;
-    const bpftrace = readdirSync(`/proc/${agentPid}/task`)
-      .flatMap((tid) => readFileSync(`/proc/${agentPid}/task/${tid}/children`, "utf8").split(" ").filter(Boolean).map(Number))
-      .find((pid) => readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "bpftrace");
+    const bpftraceOf = (): number | undefined =>
+      readdirSync(`/proc/${agentPid}/task`)
+        .flatMap((tid) => readFileSync(`/proc/${agentPid}/task/${tid}/children`, "utf8").split(" ").filter(Boolean).map(Number))
+        .find((pid) => {
+          try {
+            return readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "bpftrace";
+          } catch {
+            return false;
+          }
+        });
+    const bpftrace = bpftraceOf();
     assert.ok(bpftrace, "the agent's bpftrace");
     const moved = await faultyServer();
     cleanup.push(() => void moved.close());
     const movedPort = (moved.address() as net.AddressInfo).port;
     process.kill(bpftrace, "SIGKILL");
-    // The new bpftrace is started at once and compiles for a second or more:
-    // the change lands while it is not attached, after its program was rendered.
-    await waitFor("the restart", () => agent.stderr.some((l) => l.includes("bpftrace exited; restarting")));
-    await new Promise((r) => setTimeout(r, 400));
+    // The change lands once the new bpftrace was started with the program
+    // rendered before it, and while it still compiles (a second or more).
+    await waitFor("the new bpftrace", () => (bpftraceOf() ?? bpftrace) !== bpftrace, 30_000);
+    assert.equal(await agent.metric("lostwrite_probe_up"), 0, "the change must land before the new bpftrace attached");
     await control(api, "POST", "/objects", kubernetesSlice(["127.0.0.1"], movedPort));
     await waitFor("the endpoint change", () => agent.stderr.some((l) => l.includes("apiserver endpoints") && l.includes(`127.0.0.1:${movedPort}`)));
     await waitFor("bpftrace attached again", async () => (await agent.metric("lostwrite_probe_up")) === 1, 30_000);
