@@ -10,7 +10,7 @@ import { execa } from "execa";
 import { Registry } from "prom-client";
 import { startHttpServer, negotiateMetricsFormat } from "../../../src/sinks/httpServer.ts";
 import { recordLoss, removePodSeries } from "../../../src/sinks/lossMetrics.ts";
-import { AgentMetrics, EXEMPLAR_LABELS_MAX_CHARS, traceExemplar } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics, EXEMPLAR_LABELS_MAX_CHARS, EXEMPLAR_METRICS, traceExemplar } from "../../../src/sinks/metrics.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { sampleEvent } from "./sampleEvent.ts";
 
@@ -120,6 +120,11 @@ describe("/metrics", () => {
     assert.ok(Math.abs(Number(match[4]) - Date.now() / 1000) < 60, "the exemplar's timestamp is the time it was counted");
     const untraced = body.split("\n").find((line) => line.includes('pod="untraced"'));
     assert.match(untraced ?? "", /^lostwrite_status_write_lost_total\{[^}]*\} 1$/, "no exemplar without a trace");
+    const withExemplar = body.split("\n").filter((line) => line.includes(" # {"));
+    assert.ok(withExemplar.length > 0);
+    for (const line of withExemplar) {
+      assert.ok(EXEMPLAR_METRICS.some((name) => line.startsWith(`${name}{`)), `only the documented metrics carry exemplars: ${line}`);
+    }
   });
 
   it("the OpenMetrics exposition has the classic one's series and values", async () => {
