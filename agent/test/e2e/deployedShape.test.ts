@@ -22,6 +22,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { faultyApiserver } from "./support/faultyApiserver.ts";
 import { capabilityNames, daemonSetShape, hostPidOfShapedAgent, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
@@ -41,19 +42,6 @@ function existsKubectl(): boolean {
   } catch {
     return false;
   }
-}
-
-/** An apiserver that fails requests as their body says: RESET resets, CLOSE closes without an answer. */
-async function faultyServer(): Promise<net.Server> {
-  const server = net.createServer((socket) => {
-    socket.on("error", () => undefined);
-    socket.on("data", (data) => {
-      if (data.includes("RESET")) socket.resetAndDestroy();
-      else if (data.includes("CLOSE")) socket.end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
 }
 
 /** Runs a client to its end; its pid and its one JSON line. */
@@ -103,7 +91,7 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
     await mkdir(cgroupRoot, { recursive: true });
     api = await startApiserver({ dir: path.join(dir, "apiserver") });
     cleanup.push(() => api.close());
-    server = await faultyServer();
+    server = await faultyApiserver();
     cleanup.push(() => void server.close());
     port = (server.address() as net.AddressInfo).port;
     await control(api, "POST", "/objects", kubernetesSlice(["127.0.0.1"], port));
@@ -148,6 +136,8 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
     const mountinfo = await readFile(`/proc/${hostPid}/mountinfo`, "utf8");
     const root = mountinfo.split("\n").find((l) => l.split(" ")[4] === "/");
     assert.match(root ?? "", /\sro[\s,]/, "the root, code and probes included, is read-only");
+    const code = mountinfo.split("\n").find((l) => l.split(" ")[4] === repoRoot);
+    assert.match(code ?? root ?? "", /\sro[\s,]/, "the code and probes are read-only");
     // The probe reports to this agent: the control channel works in the namespace.
     assert.equal(await agent.metric("lostwrite_probe_control_failures_total"), 0);
   });
@@ -189,7 +179,7 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
   });
 
   it("applies changes through the probe's control channel: the apiserver moves, the kernel filter follows", async () => {
-    const moved = await faultyServer();
+    const moved = await faultyApiserver();
     cleanup.push(() => void moved.close());
     const movedPort = (moved.address() as net.AddressInfo).port;
     await control(api, "POST", "/objects", kubernetesSlice(["127.0.0.1"], movedPort));
@@ -215,7 +205,7 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
         });
     const bpftrace = bpftraceOf();
     assert.ok(bpftrace, "the agent's bpftrace");
-    const moved = await faultyServer();
+    const moved = await faultyApiserver();
     cleanup.push(() => void moved.close());
     const movedPort = (moved.address() as net.AddressInfo).port;
     process.kill(bpftrace, "SIGKILL");

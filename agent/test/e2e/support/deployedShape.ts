@@ -93,8 +93,22 @@ export function inDeployedShape(argv: string[], shape: DaemonSetShape = daemonSe
     `mount -o remount,bind,ro ${quote(shape.hostProcMount)}`,
   ];
   if (shape.readOnlyRootFilesystem) {
-    // This mount namespace's view of / only (a bind remount changes per-mount flags).
-    setup.push("mount -o remount,bind,ro /", "mount -t tmpfs -o size=64m tmpfs /tmp");
+    // The pod's /tmp is a memory emptyDir. A checkout under /tmp (a CI
+    // clone) would vanish under it: it is staged aside and bound back.
+    const repo = quote(repoRoot);
+    setup.push(
+      "stage=$(mktemp -d /var/tmp/lostwrite-shape-XXXXXX)",
+      `mount --bind ${repo} "$stage"`,
+      "mount -t tmpfs -o size=64m tmpfs /tmp",
+      `mkdir -p ${repo}`,
+      `mount --bind "$stage" ${repo}`,
+      `umount "$stage"`,
+      `rmdir "$stage"`,
+      // This mount namespace's view only (a bind remount changes per-mount
+      // flags): the root, and the code and probes wherever they are mounted.
+      "mount -o remount,bind,ro /",
+      `mount -o remount,bind,ro ${repo}`,
+    );
   }
   const caps = ["-all", ...shape.capabilities.map((c) => `+${c}`)].join(",");
   const jail = [
