@@ -42,7 +42,8 @@ function skipReason(): string | false {
 
 // Panels whose series are zero by design in a healthy agent: data is a series, not a non-zero value.
 const ZERO_BY_DESIGN = new Set([
-  "Probe restarts by reason",
+  "Probe restarts by reason, changes not acknowledged [A]",
+  "Probe restarts by reason, changes not acknowledged [B]",
   "Kernel-dropped probe events/s",
   "Probe parse errors/s",
   "Pipeline drops/s by stage and reason",
