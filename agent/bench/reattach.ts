@@ -11,7 +11,7 @@
 // takes CPU: other bpftrace processes on the machine (listed per kill) slow it.
 import { median } from "./costTable.ts";
 import { attachedBpftracePids, descendants, liveComm, sleep } from "./agentRun.ts";
-import { startAgentProcess, sumMetric, waitFor } from "../test/e2e/support/agentProcess.ts";
+import { followLog, startAgentProcess, sumMetric, waitFor } from "../test/e2e/support/agentProcess.ts";
 
 const USAGE = "usage: node_modules/.bin/node agent/bench/reattach.ts [kills=20]   (root, bpftrace)";
 const READY_TIMEOUT_MS = 60_000;
@@ -36,22 +36,9 @@ if (!Number.isInteger(kills) || kills < 1) {
 const agent = await startAgentProcess(["--target-pid", String(process.pid), "--apiserver", "127.0.0.1:1"]);
 const agentPid = agent.child.pid!;
 // The agent's log, a line at a time (a chunk may end mid-line).
-const restartLines: LogLine[] = [];
-let buffered = "";
-agent.child.stderr!.on("data", (chunk: string | Buffer) => {
-  buffered += String(chunk);
-  let nl: number;
-  while ((nl = buffered.indexOf("\n")) !== -1) {
-    const text = buffered.slice(0, nl);
-    buffered = buffered.slice(nl + 1);
-    try {
-      const line = JSON.parse(text) as LogLine;
-      if (line.msg === "bpftrace exited; restarting") restartLines.push(line);
-    } catch {
-      // not a log line
-    }
-  }
-});
+const log = followLog(agent.child);
+const restartLine = (kill: number): LogLine | undefined =>
+  log.filter((line) => line.msg === "bpftrace exited; restarting")[kill - 1];
 
 const ours = (): number[] => descendants(agentPid).filter((pid) => liveComm(pid) === "bpftrace");
 const reattachMs: number[] = [];
@@ -75,7 +62,7 @@ try {
     );
     const ms = Date.now() - killedAt;
     reattachMs.push(ms);
-    const line = restartLines[kill - 1];
+    const line = restartLine(kill);
     console.log(
       [
         String(kill).padStart(4),

@@ -14,6 +14,7 @@ import path from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
+import { faultyApiserver } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
@@ -21,15 +22,6 @@ import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } fr
 const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_client.py");
 const reasons = [...missingKernelRequirements(), (await whyCannotRun()) ?? ""].filter(Boolean);
 const skip = reasons.length && process.env.CI !== "true" ? reasons.join("; ") : false;
-
-async function resetServer(): Promise<net.Server> {
-  const server = net.createServer((socket) => {
-    socket.on("error", () => undefined);
-    socket.on("data", (data) => data.includes("RESET") && socket.resetAndDestroy());
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
-}
 
 describe("agent --kubernetes", { skip, timeout: 180_000 }, () => {
   const cleanup: (() => Promise<unknown> | void)[] = [];
@@ -53,8 +45,8 @@ describe("agent --kubernetes", { skip, timeout: 180_000 }, () => {
     });
     const api: Apiserver = await startApiserver({ dir: path.join(dir, "apiserver") });
     cleanup.push(() => api.close());
-    const first = await resetServer();
-    const second = await resetServer();
+    const first = await faultyApiserver();
+    const second = await faultyApiserver();
     cleanup.push(() => void first.close());
     cleanup.push(() => void second.close());
     const portOf = (s: net.Server): number => (s.address() as net.AddressInfo).port;

@@ -3,12 +3,12 @@
 // A bpftrace killed after a healthy run comes back at once, every time; only
 // one that dies before attaching (a crash loop) is retried with growing waits.
 import assert from "node:assert/strict";
-import { execFileSync, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it, type TestContext } from "node:test";
-import { startAgentProcess, sumMetric, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { followLog, startAgentProcess, sumMetric, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 /** bpftrace processes whose parent chain leads to `ancestor`. */
@@ -57,30 +57,6 @@ function bpftraceChildren(agentPid: number): number[] {
   return pids;
 }
 
-interface LogLine {
-  msg: string;
-  [field: string]: unknown;
-}
-
-/** The agent's JSON log lines (stderr) from now on, split on newlines across chunks. */
-function followLog(child: ChildProcess): LogLine[] {
-  const lines: LogLine[] = [];
-  let buffered = "";
-  child.stderr!.on("data", (chunk: string | Buffer) => {
-    buffered += String(chunk);
-    let nl: number;
-    while ((nl = buffered.indexOf("\n")) !== -1) {
-      const text = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
-      try {
-        lines.push(JSON.parse(text) as LogLine);
-      } catch {
-        // not one of the agent's log lines
-      }
-    }
-  });
-  return lines;
-}
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -13,21 +13,12 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { faultyApiserver } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_short_lived.py");
 const RUNS = 20;
-
-/** What an apiserver does when it restarts under a request: read it, reset the connection. */
-async function resettingServer(): Promise<net.Server> {
-  const server = net.createServer((socket) => {
-    socket.on("error", () => undefined);
-    socket.on("data", (data) => data.includes("RESET") && socket.resetAndDestroy());
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
-}
 
 /** Runs one short-lived client to its end; its pid and what its write into the dead connection got. */
 function runClient(program: string, port: number): Promise<{ pid: number; writeErrno: string | null }> {
@@ -58,7 +49,7 @@ describe("targets from their exec", { skip: skipWithoutKernel(), timeout: 240_00
     const python = realpathSync("/usr/bin/python3");
     await symlink(python, path.join(dir, "lw-short"));
     await symlink(python, path.join(dir, "lw-other"));
-    server = await resettingServer();
+    server = await faultyApiserver();
     port = (server.address() as net.AddressInfo).port;
     agent = await startAgentProcess([
       "--target-comm", "^lw-short$",

@@ -115,3 +115,28 @@ export async function waitFor(what: string, check: () => Promise<boolean> | bool
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+export interface LogLine {
+  msg: string;
+  [field: string]: unknown;
+}
+
+/** The agent's JSON log lines (stderr) from now on, split on newlines across chunks. */
+export function followLog(child: ChildProcess): LogLine[] {
+  const lines: LogLine[] = [];
+  let buffered = "";
+  child.stderr!.on("data", (chunk: string | Buffer) => {
+    buffered += String(chunk);
+    let nl: number;
+    while ((nl = buffered.indexOf("\n")) !== -1) {
+      const text = buffered.slice(0, nl);
+      buffered = buffered.slice(nl + 1);
+      try {
+        lines.push(JSON.parse(text) as LogLine);
+      } catch {
+        // not one of the agent's log lines
+      }
+    }
+  });
+  return lines;
+}
