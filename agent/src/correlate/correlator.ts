@@ -54,8 +54,6 @@ export interface CorrelatorOptions {
    * its spans carry as process.pid. Null when unknown.
    */
   nsPidsOf: (hostPid: number) => readonly number[] | null;
-  /** The target process that sent a span, for losses seen only in spans; null when not known. */
-  identifySpanProcess?: (span: IndexedSpan) => ProcessIdentity | null;
   onLoss: (event: LossEvent, meta: LossMeta) => void;
   /** Longest wait for spans, ms (default 10000). */
   windowMs?: number;
@@ -87,8 +85,7 @@ interface PendingSpanLoss {
 const STAGE = "correlate";
 
 export class Correlator {
-  readonly #o: Required<Omit<CorrelatorOptions, "identifySpanProcess">> &
-    Pick<CorrelatorOptions, "identifySpanProcess">;
+  readonly #o: Required<CorrelatorOptions>;
   readonly #slackNs: bigint;
   readonly #lookup: SpanLookup;
   /** Arrival order; resolved entries leave from anywhere. */
@@ -307,19 +304,19 @@ export class Correlator {
   #emitSpanLoss(entry: PendingSpanLoss): void {
     const { span } = entry;
     this.#claim(span);
-    const identity = this.#o.identifySpanProcess?.(span) ?? null;
     const reconcile = reconcileSpanOf(span, this.#lookup);
     const req = span.request;
     const event: LossEvent = {
       kind: "status_write_lost",
       time: formatWallNs(span.endNs),
       node: this.#o.node,
-      namespace: identity !== null ? identity.namespace || null : span.process.namespace,
-      pod: identity !== null ? identity.pod || null : span.process.podName,
-      container: identity?.container || null,
-      process: identity?.process || null,
-      // process.pid is the pid inside the pod: not the host pid, so not reported as one.
-      pid: identity?.pid ?? null,
+      // Seen only in spans: what the span says of its sender. Its process.pid
+      // is the pid inside the pod, not the host pid, so it is not reported as one.
+      namespace: span.process.namespace,
+      pod: span.process.podName,
+      container: null,
+      process: null,
+      pid: null,
       tid: null,
       cause: "http_rejected",
       syscall: null,

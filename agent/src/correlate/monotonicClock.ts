@@ -74,13 +74,6 @@ export class MonotonicClock {
     return this.#lastSample;
   }
 
-  /** Refreshes every `intervalMs` until the returned function is called. Does not keep the process alive. */
-  startRefreshing(intervalMs: number): () => void {
-    const timer = setInterval(() => this.refresh(), intervalMs);
-    timer.unref();
-    return () => clearInterval(timer);
-  }
-
   measure(): ClockSample {
     let best: ClockSample | null = null;
     for (let i = 0; i < this.#samples; i++) {

@@ -27,31 +27,3 @@ export async function readNsPids(procRoot: string, pid: number): Promise<number[
     return null;
   }
 }
-
-/** The pid a process sees for itself (innermost PID namespace). */
-export async function nsPidFor(procRoot: string, hostPid: number): Promise<number | null> {
-  const pids = await readNsPids(procRoot, hostPid);
-  return pids ? (pids[pids.length - 1] ?? null) : null;
-}
-
-/**
- * The host pid of the process that calls itself `nsPid`, among candidates
- * (the host pids of one container or pod). Null when none or more than one
- * match: containers of one pod without a shared PID namespace each have a
- * pid 1, and a guess would join spans to the wrong process.
- */
-export async function hostPidFor(
-  procRoot: string,
-  nsPid: number,
-  candidateHostPids: Iterable<number>,
-): Promise<number | null> {
-  const candidates = [...candidateHostPids];
-  const innermost = await Promise.all(candidates.map((pid) => nsPidFor(procRoot, pid)));
-  let found: number | null = null;
-  for (let i = 0; i < candidates.length; i++) {
-    if (innermost[i] !== nsPid) continue;
-    if (found !== null) return null;
-    found = candidates[i] ?? null;
-  }
-  return found;
-}
