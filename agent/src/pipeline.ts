@@ -408,7 +408,11 @@ export function buildLossStages(opts: LossStagesOptions) {
 
   const handleRecord = (record: ProbeRecord): void => {
     if (record.type === "counters") {
-      for (const { key, delta } of counters.update(record.map, record.entries)) {
+      const droppedBefore = counters.dropped;
+      const deltas = counters.update(record.map, record.entries);
+      // Baselines at capacity: those counters are not exported until some are forgotten.
+      if (counters.dropped > droppedBefore) metrics.eventsDropped.inc({ stage: "counters", reason: "capacity" }, counters.dropped - droppedBefore);
+      for (const { key, delta } of deltas) {
         const pid = key[0]!;
         const labels = workloadLabels(identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
         if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
