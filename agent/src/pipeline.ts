@@ -146,11 +146,14 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         initWorkloadSeries(metrics, workloadLabels(t.identity));
         await probe.addTarget(t.pid);
       }
-      for (const t of removed) await probe.removeTarget(t.pid);
+      // A pid in both lists exec'd another program and is still a target: the
+      // kernel must keep it (its old identity goes, its counters stay).
+      const gone = removed.filter((t) => !added.some((a) => a.pid === t.pid));
+      for (const t of gone) await probe.removeTarget(t.pid);
       // The next counter print carries their final values; then the kernel forgets them.
-      if (removed.length) {
+      if (gone.length) {
         setTimeout(() => {
-          for (const t of removed) {
+          for (const t of gone) {
             probe.forgetCounters(t.pid).then(
               () => counters.forget(t.pid),
               (err: unknown) => log.warnRateLimited("forget-counters", "probe did not forget a removed target's counters", { error: String(err) }),

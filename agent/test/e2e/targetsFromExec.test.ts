@@ -79,6 +79,21 @@ describe("targets from their exec", { skip: skipWithoutKernel(), timeout: 240_00
     for (const e of agent.events) assert.equal(e.process, "lw-short");
   });
 
+  it("keeps tracing a target that execs another program the rules match", async () => {
+    // lw-short runs python, which execs lw-short again: one pid, two execs, both targets.
+    const reexec = "import os, sys; os.execv(sys.argv[1], sys.argv[1:])";
+    const program = path.join(dir, "lw-short");
+    const run = await new Promise<{ pid: number; writeErrno: string | null }>((resolve, reject) => {
+      const child = spawn(program, ["-c", reexec, program, CLIENT, String(port), "300", "600"], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
+      child.once("error", reject);
+      child.once("exit", () => resolve({ pid: child.pid!, writeErrno: (JSON.parse(out) as { write_errno: string | null }).write_errno }));
+    });
+    assert.ok(run.writeErrno === "EPIPE" || run.writeErrno === "ECONNRESET", String(run.writeErrno));
+    await waitFor("the re-exec'd target's loss", () => agent.events.some((e) => e.pid === run.pid), 10_000);
+  });
+
   it("drops a process the rules do not match, traced for a moment at its exec", async () => {
     const others = [];
     for (let i = 0; i < 3; i++) others.push(await runClient(path.join(dir, "lw-other"), port));
