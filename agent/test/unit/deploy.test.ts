@@ -37,7 +37,9 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
 };
 
 const CAPABILITIES = ["BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE"];
-const HOST_PATHS = ["/proc", "/sys/fs/cgroup", "/sys/kernel/btf", "/sys/kernel/debug", "/sys/kernel/tracing"];
+// No /sys/fs/cgroup: containers are mapped from /proc/<pid>/cgroup, and the
+// deployed-shape e2e test runs the agent without that mount.
+const HOST_PATHS = ["/proc", "/sys/kernel/btf", "/sys/kernel/debug", "/sys/kernel/tracing"];
 
 interface K8sObject {
   apiVersion: string;
@@ -116,6 +118,9 @@ void test("the DaemonSet asks for exactly the privileges it justifies", { skip: 
   assert.deepEqual([...(sc.capabilities?.add ?? [])].sort(), CAPABILITIES);
   const seccomp = sc.seccompProfile?.type ?? pod.securityContext?.seccompProfile?.type;
   assert.equal(seccomp, "RuntimeDefault");
+
+  // Only nodes whose syscalls the probes decode (x86_64).
+  assert.deepEqual(pod.nodeSelector, { "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64" });
 
   // Host paths: exactly these, each mounted read-only.
   const hostVolumes = new Map((pod.volumes ?? []).filter((v) => v.hostPath).map((v) => [v.name, v.hostPath?.path ?? ""]));
