@@ -72,7 +72,7 @@ export interface CandidateSpan {
   request: RequestRef | null;
 }
 
-/** The loss event of the public contract (DESIGN.md): JSON on /events, log lines, tail. */
+/** The loss event of the public contract (README, docs/metrics.md): JSON on /events, log lines, tail. */
 export interface LossEvent {
   kind: "status_write_lost";
   time: string;

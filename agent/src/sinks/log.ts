@@ -1,4 +1,4 @@
-// JSON lines: the loss-event log (one line per event, the DESIGN.md schema)
+// JSON lines: the loss-event log (one line per event, the LossEvent schema of model.ts)
 // and the agent's own small logger. Bad input from outside is logged, never
 // thrown, and a flood of the same complaint must not flood the log: the
 // rate-limited forms print a key at most once per interval and say how many

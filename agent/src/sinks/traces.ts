@@ -134,7 +134,7 @@ export function createTraceSink(opts: TraceSinkOptions): TraceSink {
   };
 }
 
-/** The attributes of DESIGN.md's exported trace; unknown (null) values are left out, not invented. */
+/** The attributes of the exported "status write lost" span; unknown (null) values are left out, not invented. */
 export function lossAttributes(event: LossEvent): Attributes {
   const server = splitHostPort(event.apiserver);
   const attributes: Attributes = {

@@ -48,7 +48,7 @@ const skip = missing.length && process.env.CI !== "true" ? missing.join("; ") : 
 /**
  * A python3 process that does one socket action per stdin line and answers
  * "ok ..." on stdout. It blocks in plain syscalls, as a client that does not
- * notice a reset before writing again would (DESIGN.md: Node notices first).
+ * notice a reset before writing again would (Node's net.Socket notices a reset on read first).
  */
 const ACTOR = String.raw`
 import os, select, socket, sys

@@ -1,4 +1,4 @@
-// A loss event as DESIGN.md shows it, for sink tests to vary.
+// A loss event of the public schema (model.ts LossEvent), for sink tests to vary.
 import type { LossEvent } from "../../../src/model.ts";
 
 export function sampleEvent(overrides: Partial<LossEvent> = {}): LossEvent {
