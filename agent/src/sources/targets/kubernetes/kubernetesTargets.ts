@@ -62,6 +62,11 @@ export interface KubernetesTargetsOptions {
 
 const STAGE = "kubernetes";
 
+interface WatchedIndex {
+  byContainer: Map<string, WatchedContainer>;
+  byPodUid: Map<string, WatchedContainer[]>;
+}
+
 export class KubernetesTargets {
   readonly #opts: KubernetesTargetsOptions;
   readonly #kc: KubeConfig;
@@ -72,6 +77,8 @@ export class KubernetesTargets {
   readonly #targetListeners = new Set<(targets: KubeTarget[]) => void>();
   readonly #apiserverListeners = new Set<(endpoints: ApiserverEndpoint[]) => void>();
   #targets: KubeTarget[] = [];
+  /** The watched containers of the pods as listed now, by container id and by pod UID; null when the pods changed. */
+  #watched: WatchedIndex | null = null;
   /** Processes admitted at their exec, by pid: alive ones stay targets though no scan matches them yet. */
   readonly #admitted = new Map<number, ProcessIdentity>();
   #targetsKey = "";
@@ -105,7 +112,10 @@ export class KubernetesTargets {
       fieldSelector,
       schema: PodSchema,
       maxObjects: opts.maxPods ?? 1024,
-      onChange: () => this.#requestRescan(),
+      onChange: () => {
+        this.#watched = null;
+        this.#requestRescan();
+      },
       onInvalid: (err) => this.#invalid("Pod", err),
       onCapacity: () => this.#capacity("pods"),
       onError: (err) => this.#watchError("pods", err),
@@ -154,18 +164,13 @@ export class KubernetesTargets {
     }
     const containerId = containerFromCgroupFile(text)?.id;
     if (containerId === undefined) return null;
-    const podUid = podUidFromCgroupFile(text);
-    let found: WatchedContainer | null = null;
-    for (const pod of this.#pods.objects()) {
-      const watched = watchedContainers(pod, this.#policy);
-      const exact = watched.find((c) => c.containerId === containerId);
-      if (exact) {
-        found = exact;
-        break;
-      }
-      if (podUid !== null && pod.metadata.uid === podUid && watched.length > 0) {
-        found = { ...watched[0]!, containerId, container: new Set(watched.map((c) => c.container)).size === 1 ? watched[0]!.container : "" };
-      }
+    const { byContainer, byPodUid } = this.#watchedContainers();
+    let found = byContainer.get(containerId) ?? null;
+    const podUid = found ? null : podUidFromCgroupFile(text);
+    const ofPod = podUid === null ? undefined : byPodUid.get(podUid);
+    if (ofPod) {
+      const names = new Set(ofPod.map((c) => c.container));
+      found = { ...ofPod[0]!, containerId, container: names.size === 1 ? ofPod[0]!.container : "" };
     }
     if (!found) return null;
     if (this.#admitted.size >= (this.#opts.maxTargets ?? 4096)) {
@@ -243,11 +248,22 @@ export class KubernetesTargets {
     }
   }
 
-  async #scanOnce(): Promise<void> {
+  /** Computed once per change of the pod list: every exec on the node looks its container up here. */
+  #watchedContainers(): WatchedIndex {
+    if (this.#watched) return this.#watched;
     const byContainer = new Map<string, WatchedContainer>();
+    const byPodUid = new Map<string, WatchedContainer[]>();
     for (const pod of this.#pods.objects()) {
-      for (const c of watchedContainers(pod, this.#policy)) byContainer.set(c.containerId, c);
+      const watched = watchedContainers(pod, this.#policy);
+      for (const c of watched) byContainer.set(c.containerId, c);
+      if (pod.metadata.uid && watched.length > 0) byPodUid.set(pod.metadata.uid, watched);
     }
+    this.#watched = { byContainer, byPodUid };
+    return this.#watched;
+  }
+
+  async #scanOnce(): Promise<void> {
+    const { byContainer } = this.#watchedContainers();
     const { processes, dropped } = await this.#scanner.scan(new Set(byContainer.keys()));
     if (dropped > 0) this.#capacity("targets", dropped);
     const targets: KubeTarget[] = [];
