@@ -16,6 +16,11 @@ export async function listPids(procRoot = "/proc"): Promise<number[]> {
   return entries.filter((name) => /^\d+$/.test(name)).map(Number);
 }
 
+/** argv as /proc/<pid>/cmdline holds it (NUL-separated) joined by spaces. */
+export function cmdlineText(raw: string): string {
+  return raw.replace(/\0+$/, "").replaceAll("\0", " ");
+}
+
 /**
  * Null when the process is gone or unreadable (it may exit while we read).
  * The command line is read only when asked for: a rescan of every process
@@ -28,7 +33,7 @@ export async function readProcess(pid: number, procRoot = "/proc", withCmdline =
       readFile(path.join(dir, "comm"), "utf8"),
       withCmdline ? readFile(path.join(dir, "cmdline"), "utf8") : Promise.resolve(""),
     ]);
-    return { pid, comm: comm.replace(/\n$/, ""), cmdline: cmdline.replace(/\0+$/, "").replaceAll("\0", " ") };
+    return { pid, comm: comm.replace(/\n$/, ""), cmdline: cmdlineText(cmdline) };
   } catch {
     return null;
   }

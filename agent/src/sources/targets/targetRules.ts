@@ -32,6 +32,14 @@ export interface TargetDiff {
   current: Map<number, Target>;
 }
 
+/** The rule that makes a process a target, first match in this order; null for none. */
+export function ruleFor(rules: TargetRules, info: ProcessInfo): Exclude<TargetSource, "kubernetes"> | null {
+  if (rules.pids.includes(info.pid)) return "pid";
+  if (rules.comm?.test(info.comm)) return "comm";
+  if (rules.cmdline?.test(info.cmdline)) return "cmdline";
+  return null;
+}
+
 export async function scanTargets(rules: TargetRules, procRoot = "/proc"): Promise<Map<number, Target>> {
   const found = new Map<number, Target>();
   const explicit = new Set(rules.pids);
@@ -40,13 +48,7 @@ export async function scanTargets(rules: TargetRules, procRoot = "/proc"): Promi
     if (rules.exclude(pid)) continue;
     const info = await readProcess(pid, procRoot, rules.cmdline !== null);
     if (!info) continue;
-    const source: TargetSource | null = explicit.has(pid)
-      ? "pid"
-      : rules.comm?.test(info.comm)
-        ? "comm"
-        : rules.cmdline?.test(info.cmdline)
-          ? "cmdline"
-          : null;
+    const source = ruleFor(rules, info);
     if (source) found.set(pid, { ...info, source });
   }
   return found;

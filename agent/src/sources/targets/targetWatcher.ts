@@ -10,8 +10,8 @@ import path from "node:path";
 import type { ProcessIdentity } from "../../model.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
 import { parseNsPids, readNsPids } from "./pidNamespace.ts";
-import { readProcess } from "./processTable.ts";
-import { diffTargets, scanTargets, type Target, type TargetRules } from "./targetRules.ts";
+import { cmdlineText, readProcess } from "./processTable.ts";
+import { diffTargets, ruleFor, scanTargets, type Target, type TargetRules } from "./targetRules.ts";
 
 export interface WatchedTarget extends Target {
   identity: Omit<ProcessIdentity, "tid">;
@@ -86,8 +86,8 @@ export class TargetWatcher {
     const before = this.current.get(pid);
     let target: WatchedTarget | null = null;
     if (!rules.exclude(pid)) {
-      const cmdline = rules.cmdline ? readSync(this.opts.procRoot, pid, "cmdline").replace(/\0+$/, "").replaceAll("\0", " ") : "";
-      const source = rules.pids.includes(pid) ? "pid" : rules.comm?.test(comm) ? "comm" : rules.cmdline?.test(cmdline) ? "cmdline" : null;
+      const cmdline = rules.cmdline ? cmdlineText(readSync(this.opts.procRoot, pid, "cmdline")) : "";
+      const source = ruleFor(rules, { pid, comm, cmdline });
       const external = source ? null : (this.opts.externalExec?.(pid, comm) ?? null);
       if (source || external) {
         target = {
@@ -174,15 +174,8 @@ export class TargetWatcher {
   private async keepFreshlyAdmitted(previous: Map<number, Target>, found: Map<number, Target>): Promise<void> {
     for (const [pid, at] of this.admitted) {
       const target = previous.get(pid);
-      if (!target) {
-        this.admitted.delete(pid);
-        continue;
-      }
-      if (found.has(pid)) {
-        this.admitted.delete(pid);
-        continue;
-      }
-      if (at < this.scanStartedAt - 2000) {
+      // Settled: gone from the targets, found by this scan, or admitted long before it began.
+      if (!target || found.has(pid) || at < this.scanStartedAt - 2000) {
         this.admitted.delete(pid);
         continue;
       }
