@@ -235,13 +235,12 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         notTargets.delete(record.pid);
       } else {
         notTargets.add(record.pid);
-        // Not at once: a shell or a runtime's init often execs the real
-        // program a moment later (after moving itself into the container's
-        // cgroup), and a removal landing after that exec would leave the
-        // program untraced until the next decision reaches the kernel. What
-        // the process sends meanwhile is dropped here.
-        // Most such processes are gone by then, and their exit removed them
-        // in the kernel: only the ones still running cost a control message.
+        // Removed from the kernel a little later, not at once: a shell or a
+        // runtime's init often execs the real program a moment later (after
+        // moving itself into the container's cgroup), and a removal landing
+        // after that exec would leave the program untraced. What the process
+        // sends meanwhile is dropped here. Most such processes have exited by
+        // then, which removed them in the kernel: no control message for them.
         setTimeout(() => {
           if (!notTargets.has(record.pid) || !existsSync(path.join(config["proc-root"], String(record.pid)))) return;
           probe.removeTarget(record.pid).catch((err: unknown) =>
