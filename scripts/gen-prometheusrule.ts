@@ -4,7 +4,7 @@
 //   node scripts/gen-prometheusrule.ts           rewrite the generated file
 //   node scripts/gen-prometheusrule.ts --check   exit 1 when it is out of date
 //
-// agent/test/unit/alerts.test.ts fails when the committed file is stale.
+// agent/test/unit/repository/alerts.test.ts fails when the committed file is stale.
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";

@@ -12,8 +12,9 @@ import path from "node:path";
 import { describe, it } from "node:test";
 import { parse as parseYaml } from "yaml";
 import { CONFIG_KEYS, ConfigError, configFromEnv, configFromFile, configSchema, envName, isServiceLinkVariable, loadConfig } from "../../src/config.ts";
+import { repoPath } from "../repoPath.ts";
 
-const repo = (p: string): string => new URL(`../../../${p}`, import.meta.url).pathname;
+const repo = (p: string): string => repoPath(p);
 
 describe("config", () => {
   it("merges flags over env over file over defaults", () => {

@@ -2,7 +2,7 @@
 // fields in the order the probe prints them after the kind word, each with
 // the type it is parsed to. This table drives the parser (probeOutput.ts),
 // the record types are derived from it, and a unit test
-// (agent/test/unit/probe/probeLines.test.ts) checks every printf of every
+// (agent/test/unit/sources/probe/probeLines.test.ts) checks every printf of every
 // probe and the OUTPUT section of every probe's header comment against it.
 //
 // Field types, what they are parsed to, and the printf conversions a probe

@@ -8,7 +8,7 @@ import { AgentMetrics } from "../../../src/sinks/metrics.ts";
 import { type IndexedSpan, toIndexedSpans } from "../../../src/sources/spans/indexedSpans.ts";
 import { decodeProtobufTraceRequest } from "../../../src/sources/spans/otlpProtobuf.ts";
 import { SpanIndex } from "../../../src/sources/spans/spanIndex.ts";
-import { protobufBody, type SpanDef } from "../spans/otlpSpans.ts";
+import { protobufBody, type SpanDef } from "../sources/spans/otlpSpans.ts";
 
 const T0 = Date.UTC(2026, 11, 2, 15, 4, 5); // wall ms of the scenario
 const MONO_AT_T0 = 5_000_000_000_000n; // kernel ns at T0

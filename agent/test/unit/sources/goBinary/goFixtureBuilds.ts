@@ -6,9 +6,9 @@ import { execFile, spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { repoPath } from "../../../repoPath.ts";
 
-const FIXTURES = fileURLToPath(new URL("../../../fixtures/go/", import.meta.url));
+const FIXTURES = repoPath("agent/test/fixtures/go") + "/";
 /** Debian's golang-golang-x-*-dev sources: the only x/net available without a network. */
 const DEBIAN_GOCODE = "/usr/share/gocode/src/golang.org/x";
 

@@ -1,0 +1,54 @@
+// When a bpftrace exits, the next one starts at once if the last one ran
+// healthy (every second blind is a second of lost writes nobody counts), and
+// only a crash loop backs off, exponentially, with jitter, up to a cap.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { restartDelayMs } from "../../../../src/sources/probe/bpftraceSupervisor.ts";
+
+/** Just below 1: Math.random() never returns 1 itself. */
+const HIGH = 1 - Number.EPSILON;
+const low = (): number => 0;
+const high = (): number => HIGH;
+
+describe("restart delay", () => {
+  it("is 100–200 ms after a healthy run, however many restarts came before", () => {
+    for (const restarts of [0, 1, 5, 50]) {
+      assert.equal(restartDelayMs({ healthy: true, restarts, maxBackoffMs: 30_000 }, low), 100);
+      const most = restartDelayMs({ healthy: true, restarts, maxBackoffMs: 30_000 }, high);
+      assert.ok(most > 199 && most <= 200, `${most}`);
+    }
+  });
+
+  it("doubles in a crash loop: half to all of 1 s, 2 s, 4 s, 8 s, 16 s, then the cap", () => {
+    const lows = [0, 1, 2, 3, 4, 5, 6, 10].map((restarts) => restartDelayMs({ healthy: false, restarts, maxBackoffMs: 30_000 }, low));
+    assert.deepEqual(lows, [500, 1000, 2000, 4000, 8000, 15_000, 15_000, 15_000]);
+    const highs = [0, 1, 2, 3, 4, 5, 6].map((restarts) => Math.round(restartDelayMs({ healthy: false, restarts, maxBackoffMs: 30_000 }, high)));
+    assert.deepEqual(highs, [1000, 2000, 4000, 8000, 16_000, 30_000, 30_000]);
+  });
+
+  it("waits longer after each crash than any jitter of the one before, up to the cap", () => {
+    // 1, 2, 4, 8, 16 s stay under the 30 s cap: the next wait's least is this one's most.
+    for (let restarts = 0; restarts < 4; restarts++) {
+      const longest = restartDelayMs({ healthy: false, restarts, maxBackoffMs: 30_000 }, high);
+      const shortestNext = restartDelayMs({ healthy: false, restarts: restarts + 1, maxBackoffMs: 30_000 }, low);
+      assert.ok(shortestNext >= longest, `after ${restarts}: ${shortestNext} < ${longest}`);
+    }
+  });
+
+  it("keeps a crash loop's delay within maxBackoffMs", () => {
+    for (let restarts = 0; restarts < 10; restarts++) {
+      for (const random of [low, () => 0.5, high]) {
+        const delay = restartDelayMs({ healthy: false, restarts, maxBackoffMs: 3000 }, random);
+        assert.ok(delay >= 500 && delay <= 3000, `${restarts}: ${delay}`);
+      }
+    }
+    assert.equal(restartDelayMs({ healthy: false, restarts: 9, maxBackoffMs: 3000 }, low), 1500);
+  });
+
+  it("takes its jitter from Math.random by default", () => {
+    for (let i = 0; i < 100; i++) {
+      const delay = restartDelayMs({ healthy: true, restarts: 0, maxBackoffMs: 30_000 });
+      assert.ok(delay >= 100 && delay < 200, `${delay}`);
+    }
+  });
+});

@@ -1,0 +1,55 @@
+// The control messages must decode in the kernel exactly as the probe
+// accumulates them: op, then 6+6+2 words of 12 bits, most significant first.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { ControlOp, encodeControl, endpointMessage } from "../../../../src/sources/probe/controlChannel.ts";
+import { endpointKey, kernelKeys, parseEndpoint } from "../../../../src/sources/probe/endpointKey.ts";
+
+/** The probe's accumulator, written again in TypeScript. */
+function kernelDecode(lengths: number[]): { op: number; a: bigint; b: bigint; c: bigint } {
+  const [first, ...words] = lengths;
+  assert.ok(first! >= 8192, "a message starts with an op");
+  assert.equal(words.length, 14);
+  let a = 0n, b = 0n, c = 0n;
+  words.forEach((w, n) => {
+    assert.ok(w >= 0 && w < 4096, `word ${w} fits 12 bits`);
+    if (n < 6) a = (a << 12n) | BigInt(w);
+    else if (n < 12) b = (b << 12n) | BigInt(w);
+    else c = (c << 12n) | BigInt(w);
+  });
+  return { op: first! - 8192, a, b, c };
+}
+
+describe("control channel encoding", () => {
+  it("carries a pid, and u64 halves of an IPv6 address, intact", () => {
+    assert.deepEqual(kernelDecode(encodeControl(ControlOp.addTarget, 4194304n)), { op: 1, a: 4194304n, b: 0n, c: 0n });
+    const max = (1n << 64n) - 1n;
+    assert.deepEqual(kernelDecode(encodeControl(ControlOp.addEndpoint6, max, 1n, 65535n)), { op: 5, a: max, b: 1n, c: 65535n });
+  });
+
+  it("refuses a value that does not fit its words", () => {
+    assert.throws(() => encodeControl(ControlOp.addTarget, 1n << 72n), /does not fit/);
+  });
+
+  it("encodes endpoints as the kernel stores them", () => {
+    const v4 = parseEndpoint("127.0.0.1:6443");
+    // struct sock keeps the address in network order; loaded as a little-endian u32.
+    assert.deepEqual(v4.family === 4 && [v4.addr, v4.port], [0x0100007fn, 6443]);
+    assert.deepEqual(kernelDecode(endpointMessage(true, v4)), { op: 3, a: 0x0100007fn, b: 0n, c: 6443n });
+    const v6 = parseEndpoint("[::1]:443");
+    assert.ok(v6.family === 6);
+    // ::1 is 15 zero bytes then 1; the last u32, loaded little-endian, is 0x01000000.
+    assert.deepEqual([v6.hi, v6.lo, v6.text], [0n, 0x01000000n, "[::1]:443"]);
+  });
+
+  it("adds the v4-mapped IPv6 form of an IPv4 endpoint, for dual-stack sockets", () => {
+    const keys = kernelKeys(endpointKey("10.96.0.1", 443));
+    assert.deepEqual(keys.map((k) => k.text), ["10.96.0.1:443", "[::ffff:10.96.0.1]:443"]);
+  });
+
+  it("rejects endpoints that are not IP:PORT, naming the value", () => {
+    assert.throws(() => parseEndpoint("kubernetes.default:443"), /"kubernetes.default" is not an IP address/);
+    assert.throws(() => parseEndpoint("10.0.0.1:70000"), /port "70000"/);
+    assert.throws(() => parseEndpoint("10.0.0.1"), /"10.0.0.1" is not HOST:PORT/);
+  });
+});

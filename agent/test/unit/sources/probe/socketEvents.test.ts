@@ -1,0 +1,85 @@
+// Kernel numbers become names, and a closed connection is judged: a request
+// lost, an idle death, or a normal close.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { CounterDeltas } from "../../../../src/sources/probe/counterDeltas.ts";
+import type { ProbeRecord } from "../../../../src/sources/probe/probeOutput.ts";
+import { DeadConnectionEchoes, errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts";
+
+const close = (over: Partial<Extract<ProbeRecord, { type: "close" }>>): ProbeRecord => ({
+  type: "close", ts: 10n, pid: 7, tid: 8, err: 0, reset: false, unansweredBytes: 0, waitedNs: 0n, retransmits: 0,
+  port: 6443, addr: "10.0.0.1", comm: "manager", ...over,
+});
+const opts = { unansweredMinBytes: 64 };
+
+describe("judge", () => {
+  it("names errno and syscall of a failed send, and calls a zero-byte send by its cause", () => {
+    const failed = judge({ type: "send", ts: 1n, pid: 7, tid: 8, syscallNr: 1, ret: -32, port: 443, addr: "fd00::1", comm: "m" }, opts);
+    assert.ok(failed.kind === "loss");
+    assert.deepEqual([failed.event.cause, failed.event.errno, failed.event.syscall, failed.event.apiserver], ["write_failed", "EPIPE", "write", "[fd00::1]:443"]);
+    const zero = judge({ type: "send", ts: 1n, pid: 7, tid: 8, syscallNr: 44, ret: 0, port: 443, addr: "10.0.0.1", comm: "m" }, opts);
+    assert.ok(zero.kind === "loss");
+    assert.deepEqual([zero.event.cause, zero.event.errno, zero.event.syscall], ["zero_byte_write", null, "sendto"]);
+  });
+
+  it("prefers canonical errno names over aliases", () => {
+    assert.equal(errnoName(11), "EAGAIN");
+    assert.equal(errnoName(9999), "E9999");
+  });
+
+  it("judges connection deaths", () => {
+    const reset = judge(close({ reset: true, err: 104, unansweredBytes: 1834, waitedNs: 2_500_000n, retransmits: 3 }), opts);
+    assert.ok(reset.kind === "loss");
+    assert.deepEqual(
+      [reset.event.cause, reset.event.errno, reset.event.unansweredBytes, reset.event.unansweredForMs, reset.event.retransmits, reset.connectionLoss],
+      ["connection_reset", "ECONNRESET", 1834, 2.5, 3, "reset"],
+    );
+    const unanswered = judge(close({ unansweredBytes: 500 }), opts);
+    assert.ok(unanswered.kind === "loss");
+    assert.deepEqual([unanswered.event.cause, unanswered.event.errno, unanswered.connectionLoss], ["connection_closed_unanswered", null, "closed_unanswered"]);
+    const timeout = judge(close({ err: 110, unansweredBytes: 500 }), opts);
+    assert.ok(timeout.kind === "loss" && timeout.connectionLoss === "timeout" && timeout.event.cause === "connection_reset");
+    // Idle: below the request threshold (an HTTP/2 PING in a TLS record) is not a lost write.
+    assert.deepEqual(judge(close({ reset: true, unansweredBytes: 40 }), opts), { kind: "connection_loss", pid: 7, process: "manager", reason: "reset" });
+    assert.deepEqual(judge(close({ unansweredBytes: 0 }), opts), { kind: "none" });
+  });
+});
+
+describe("CounterDeltas", () => {
+  it("adds only growth, survives a new bpftrace instance, and forgets a pid", () => {
+    const deltas = new CounterDeltas();
+    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 5n }]), [{ key: [1], delta: 5n }]);
+    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 8n }]), [{ key: [1], delta: 3n }]);
+    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 8n }]), []);
+    deltas.reset();
+    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 2n }]), [{ key: [1], delta: 2n }]);
+    deltas.forget(1);
+    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 1n }]), [{ key: [1], delta: 1n }]);
+  });
+
+  it("is bounded and counts what it could not track", () => {
+    const deltas = new CounterDeltas(2);
+    deltas.update("writes", [1, 2, 3].map((pid) => ({ key: [pid], value: 1n })));
+    assert.equal(deltas.dropped, 1);
+  });
+});
+
+describe("DeadConnectionEchoes", () => {
+  const death = judge(close({ ts: 1_000_000_000n, err: 110, unansweredBytes: 4000 }), opts);
+  const send = (ts: bigint, ret: number, pid = 7) =>
+    judge({ type: "send", ts, pid, tid: pid, syscallNr: 1, ret, port: 6443, addr: "10.0.0.1", comm: "manager" }, opts);
+
+  it("folds the blocked write that failed with the connection into its death", () => {
+    assert.ok(death.kind === "loss");
+    const echoes = new DeadConnectionEchoes(100);
+    echoes.note(death.event);
+    const blocked = send(1_002_000_000n, -110);
+    assert.ok(blocked.kind === "loss" && echoes.isEcho(blocked.event), "2 ms later, same process and apiserver");
+    const later = send(1_200_000_000n, -32);
+    assert.ok(later.kind === "loss" && !echoes.isEcho(later.event), "200 ms later it is a new write");
+    const other = send(1_002_000_000n, -32, 8);
+    assert.ok(other.kind === "loss" && !echoes.isEcho(other.event), "another process");
+    const zero = send(1_002_000_000n, 0);
+    assert.ok(zero.kind === "loss" && !echoes.isEcho(zero.event), "a zero-byte write is its own loss");
+  });
+});

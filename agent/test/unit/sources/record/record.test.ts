@@ -1,0 +1,193 @@
+// The --record format against golden files: the writer produces them byte for
+// byte, the reader reads them back, and a damaged file is read around its bad
+// records with errors naming the line, the key and the value.
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { parseRecordLine } from "../../../../src/sources/record/format.ts";
+import { openRecordReader, type BadRecord } from "../../../../src/sources/record/reader.ts";
+import { openRecordWriter } from "../../../../src/sources/record/writer.ts";
+import type { DataRecord } from "../../../../src/sources/record/format.ts";
+
+const fixtures = join(import.meta.dirname, "fixtures");
+const SPANS_BODY = Buffer.from("0a00ff102273746174757320e29c93", "hex"); // binary, then "status ✓"
+
+// What session.jsonl holds, as the reader must return it.
+const SESSION_HEADER = {
+  kind: "header",
+  t: 8150000000000n,
+  version: 1,
+  node: "n1",
+  clockOffsetNs: 1796215694123456789n,
+  recordedAt: "2026-12-02T15:04:05.123456Z",
+  agent: { version: "0.1.0", config: { targetComm: "^manager$", apiserver: ["127.0.0.1:6443"], correlationWindowMs: 10000 } },
+} as const;
+const SESSION_RECORDS: DataRecord[] = [
+  { kind: "probe", t: 8150000100000n, line: '{"type": "attached_probes", "data": {"probes": 7}}' },
+  {
+    kind: "probe",
+    t: 8150023468900n,
+    line: '{"type": "printf", "data": "send 8150023468125 3331 3331 44 -104 6443 127.0.0.1 python3\\n"}',
+  },
+  { kind: "spans", t: 8150500000000n, peer: "127.0.0.1:40312", contentType: "application/x-protobuf", body: SPANS_BODY },
+  { kind: "clock", t: 8151000000000n, clockOffsetNs: 1796215694123457001n },
+  {
+    kind: "probe",
+    t: 8151000000001n,
+    line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 0 0 0 6443 127.0.0.1 python3\\n"}',
+  },
+];
+
+let dir: string;
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), "lostwrite-record-"));
+});
+after(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function collect(records: AsyncIterable<DataRecord>): Promise<DataRecord[]> {
+  const all: DataRecord[] = [];
+  for await (const r of records) all.push(r);
+  return all;
+}
+
+void describe("record writer", () => {
+  void it("writes the golden session file byte for byte", async () => {
+    const path = join(dir, "session.jsonl");
+    const { t, node, clockOffsetNs, recordedAt, agent } = SESSION_HEADER;
+    const writer = await openRecordWriter(path, { header: { t, node, clockOffsetNs, recordedAt, agent }, metrics: new AgentMetrics() });
+    for (const r of SESSION_RECORDS) {
+      if (r.kind === "probe") writer.probeLine(r.line, r.t);
+      else if (r.kind === "spans") writer.spans(r.peer, r.contentType, new Uint8Array(r.body), r.t);
+      else writer.clock(r.clockOffsetNs, r.t);
+    }
+    await writer.close();
+    assert.equal(await readFile(path, "utf8"), await readFile(join(fixtures, "session.jsonl"), "utf8"));
+    assert.equal(writer.dropped, 0);
+  });
+
+  void it("drops and counts records past its queue capacity instead of growing", async () => {
+    const metrics = new AgentMetrics();
+    const path = join(dir, "burst.jsonl");
+    let t = 0n;
+    const writer = await openRecordWriter(path, {
+      header: { node: "n1", clockOffsetNs: 0n, recordedAt: "2026-12-02T15:04:05Z", agent: { version: "0", config: {} } },
+      metrics,
+      capacity: 10,
+      now: () => ++t,
+    });
+    // A burst in one turn: the disk has not completed a single write yet.
+    for (let i = 0; i < 100; i++) writer.probeLine(`line ${i}`);
+    await writer.flush();
+    writer.probeLine("after the burst");
+    await writer.close();
+
+    const lines = (await readFile(path, "utf8")).trim().split("\n");
+    // The header took one slot of ten.
+    assert.equal(writer.dropped, 91);
+    assert.equal(lines.length, 1 + 9 + 1);
+    assert.equal((JSON.parse(lines.at(-1) ?? "") as { line: string }).line, "after the burst");
+    const dropped = (await metrics.eventsDropped.get()).values.find((v) => v.labels.stage === "record")?.value;
+    assert.equal(dropped, 91);
+  });
+
+  void it("rejects an unwritable path, naming it", async () => {
+    await assert.rejects(
+      openRecordWriter(join(dir, "no-such-dir", "x.jsonl"), {
+        header: { node: "n1", clockOffsetNs: 0n, recordedAt: "2026-12-02T15:04:05Z", agent: { version: "0", config: {} } },
+        metrics: new AgentMetrics(),
+      }),
+      /--record ".*no-such-dir\/x\.jsonl": cannot open for writing: ENOENT/,
+    );
+  });
+});
+
+void describe("record reader", () => {
+  void it("reads the golden session: header first, then every record in order", async () => {
+    const reader = await openRecordReader(join(fixtures, "session.jsonl"));
+    assert.deepEqual(reader.header, SESSION_HEADER);
+    assert.deepEqual(await collect(reader.records()), SESSION_RECORDS);
+    assert.equal(reader.badRecords, 0);
+  });
+
+  void it("skips bad records with the line, the key and the value, and keeps the good ones", async () => {
+    const bad: BadRecord[] = [];
+    const reader = await openRecordReader(join(fixtures, "bad.jsonl"), { onBadRecord: (b) => bad.push(b) });
+    const records = await collect(reader.records());
+    assert.deepEqual(
+      records.map((r) => (r.kind === "probe" ? r.line : r.kind)),
+      ['{"type": "printf", "data": "hello 101 4242\\n"}', "last good"],
+    );
+    assert.deepEqual(bad.map((b) => [b.line, b.message.replace(/ \(.*\)$/, " (…)")]), [
+      [3, "not JSON (…)"],
+      [4, 'key "t": want CLOCK_MONOTONIC nanoseconds as a decimal string, got "10x"'],
+      [5, 'key "body": want base64, got "not base64!"'],
+      [6, 'key "kind": want one of header, probe, spans, clock, got "prob"'],
+      [8, 'unknown key "pid" in a "probe" record'],
+      [9, "a second header; the header belongs on line 1 only"],
+      [10, 'key "clockOffsetNs": want signed nanoseconds as a decimal string, got 12'],
+      [11, 'want a JSON object, got ["probe"]'],
+      [13, "not JSON (…)"],
+    ]);
+    assert.equal(reader.badRecords, 9);
+  });
+
+  void it("refuses a file without a header, an empty file and a missing file, saying which", async () => {
+    const noHeader = join(dir, "no-header.jsonl");
+    await writeFile(noHeader, '{"t":"1","kind":"probe","line":"x"}\n');
+    await assert.rejects(openRecordReader(noHeader), /no-header\.jsonl:1: not a lostwrite record file: the first record must be the header, got kind "probe"/);
+
+    const future = join(dir, "future.jsonl");
+    await writeFile(
+      future,
+      '{"t":"1","kind":"header","version":2,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
+    );
+    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1, got 2/);
+
+    const empty = join(dir, "empty.jsonl");
+    await writeFile(empty, "");
+    await assert.rejects(openRecordReader(empty), /empty\.jsonl: empty file/);
+
+    await assert.rejects(openRecordReader(join(dir, "missing.jsonl")), /missing\.jsonl: cannot read the record file: ENOENT/);
+  });
+
+  void it("skips an over-long line without holding it", async () => {
+    const path = join(dir, "long.jsonl");
+    const header = (await readFile(join(fixtures, "session.jsonl"), "utf8")).split("\n")[0] ?? "";
+    await writeFile(path, `${header}\n{"t":"1","kind":"probe","line":"${"x".repeat(300_000)}"}\n{"t":"2","kind":"probe","line":"ok"}\n`);
+    const bad: BadRecord[] = [];
+    const reader = await openRecordReader(path, { maxLineBytes: 100_000, onBadRecord: (b) => bad.push(b) });
+    const records = await collect(reader.records());
+    assert.deepEqual(records, [{ kind: "probe", t: 2n, line: "ok" }]);
+    assert.deepEqual(bad, [{ line: 2, message: "line is over 100000 bytes" }]);
+  });
+
+  void it("round-trips arbitrary binary span bodies and odd probe lines", async () => {
+    const path = join(dir, "roundtrip.jsonl");
+    const body = Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 131 + 7) % 256));
+    const writer = await openRecordWriter(path, {
+      header: { node: "n1", clockOffsetNs: -42n, recordedAt: "2026-12-02T15:04:05Z", agent: { version: "0", config: {} } },
+      metrics: new AgentMetrics(),
+    });
+    writer.spans("[::1]:5000", "application/json", body, 5n);
+    writer.probeLine('line with "quotes", \\ backslash, tab\t and ✓', 6n);
+    await writer.close();
+    const reader = await openRecordReader(path);
+    assert.equal(reader.header.clockOffsetNs, -42n);
+    const [spans, probe] = await collect(reader.records());
+    assert.deepEqual(spans, { kind: "spans", t: 5n, peer: "[::1]:5000", contentType: "application/json", body });
+    assert.deepEqual(probe, { kind: "probe", t: 6n, line: 'line with "quotes", \\ backslash, tab\t and ✓' });
+  });
+});
+
+void describe("parseRecordLine", () => {
+  void it("quotes long values short", () => {
+    const result = parseRecordLine(JSON.stringify({ t: "y".repeat(500), kind: "probe", line: "x" }));
+    assert.equal(result.ok, false);
+    assert.ok(!result.ok && result.error.length < 200, "error stays readable");
+  });
+});
