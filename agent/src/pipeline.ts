@@ -11,40 +11,29 @@ import type http from "node:http";
 import path from "node:path";
 import { execa } from "execa";
 import type { Config } from "./config.ts";
-import type { LossEvent, ProcessIdentity } from "./model.ts";
-import { Correlator } from "./correlate/correlator.ts";
+import type { LossEvent } from "./model.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { BoundedQueue } from "./boundedQueue.ts";
 import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
 import { startHttpServer } from "./sinks/httpServer.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
-import {
-  BoundedLabel,
-  recordConnectionLoss,
-  recordLoss,
-  recordSocketEvent,
-  initWorkloadSeries,
-  removePodSeries,
-  workloadLabels,
-} from "./sinks/lossMetrics.ts";
+import { initWorkloadSeries, removePodSeries, workloadLabels } from "./sinks/lossMetrics.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { createTraceSink } from "./sinks/traces.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
-import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
 import { endpointKey, parseEndpoint, type EndpointKey } from "./sources/probe/endpointKey.ts";
 import { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
-import { DeadConnectionEchoes, errnoName, judge, syscallName } from "./sources/probe/socketEvents.ts";
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
-import { SpanIndex } from "./sources/spans/spanIndex.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
 import { RecentPids } from "./sources/targets/recentPids.ts";
 import { newProgramsCanMatch } from "./sources/targets/targetRules.ts";
 import { TargetWatcher } from "./sources/targets/targetWatcher.ts";
 import { openRecordWriter } from "./sources/record/writer.ts";
 import { AGENT_VERSION } from "./version.ts";
+import { buildLossStages } from "./lossStages.ts";
 
 export interface RunningAgent {
   metrics: AgentMetrics;
@@ -358,89 +347,4 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     await close();
     throw err;
   }
-}
-
-export interface LossStagesOptions {
-  config: Config;
-  metrics: AgentMetrics;
-  clock: Pick<MonotonicClock, "toWallNs">;
-  /** What is known of a target pid: identity for labels and events, NSpid for spans. */
-  identity: (pid: number) => { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string } | undefined;
-  emit: (event: LossEvent) => void;
-  /** Wall-clock ms; replay drives it from the recording. */
-  now?: () => number;
-}
-
-/**
- * The stages the live agent and `lostwrite replay` share: probe records and
- * spans in, counted and correlated loss events out.
- *
- *   probe record ──► judge ──► kernel metrics ──► correlator ◄── spans
- *                                                    │
- *                                                    ▼
- *                                         loss metrics ──► emit
- */
-export function buildLossStages(opts: LossStagesOptions) {
-  const { config, metrics } = opts;
-  const now = opts.now ?? Date.now;
-  const counters = new CounterDeltas();
-  const controllers = new BoundedLabel(256);
-  const deadConnections = new DeadConnectionEchoes();
-  const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics, now });
-
-  const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
-    const known = opts.identity(pid)?.identity;
-    return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
-  };
-
-  const correlator = new Correlator({
-    index,
-    metrics,
-    clock: opts.clock,
-    node: config["node-name"],
-    nsPidsOf: (pid) => opts.identity(pid)?.nsPids ?? null,
-    onLoss: (event) => {
-      const identity = event.pid === null ? null : opts.identity(event.pid)?.identity;
-      recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
-      opts.emit(event);
-    },
-    windowMs: config["correlation-window"],
-    now,
-  });
-
-  const handleRecord = (record: ProbeRecord): void => {
-    if (record.type === "counters") {
-      const droppedBefore = counters.dropped;
-      const deltas = counters.update(record.map, record.entries);
-      // Baselines at capacity: those counters are not exported until some are forgotten.
-      if (counters.dropped > droppedBefore) metrics.eventsDropped.inc({ stage: "counters", reason: "capacity" }, counters.dropped - droppedBefore);
-      for (const { key, delta } of deltas) {
-        const pid = key[0]!;
-        const labels = workloadLabels(identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
-        if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
-        else if (record.map === "bytes") metrics.writeBytes.inc(labels, Number(delta));
-        else if (record.map === "retransmits") metrics.retransmits.inc(labels, Number(delta));
-        else if (record.map === "transient") {
-          // EAGAIN, EINTR, EINPROGRESS: failed syscalls the caller retries, counted but not losses.
-          const [, nr = -1, errno = 0] = key;
-          recordSocketEvent(metrics, { syscall: syscallName(nr), errno: errnoName(errno) }, labels, Number(delta));
-        }
-      }
-      return;
-    }
-    const verdict = judge(record, { unansweredMinBytes: config["unanswered-min-bytes"] });
-    if (verdict.kind === "connection_loss") {
-      recordConnectionLoss(metrics, workloadLabels(identityOf(verdict.pid, verdict.pid, verdict.process)), verdict.reason);
-    } else if (verdict.kind === "loss") {
-      const { event } = verdict;
-      const identity = identityOf(event.pid, event.tid, event.process);
-      recordSocketEvent(metrics, event, identity);
-      if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
-      if (deadConnections.isEcho(event)) return;
-      deadConnections.note(event);
-      correlator.addSocketEvent(event, identity);
-    }
-  };
-
-  return { handleRecord, correlator, counters };
 }

@@ -6,7 +6,7 @@
 import { loadConfig } from "./config.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import type { LossEvent } from "./model.ts";
-import { buildLossStages } from "./pipeline.ts";
+import { buildLossStages } from "./lossStages.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { parseProbeLine } from "./sources/probe/probeOutput.ts";
 import { openRecordReader } from "./sources/record/reader.ts";
