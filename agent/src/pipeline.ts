@@ -1,46 +1,52 @@
 // The agent's data path, built in one place. Read top to bottom:
 //
-//   targets ──► probe (bpftrace, in-kernel filters) ──► judge ──► correlate ──► sinks
-//   OTLP spans ─────────────────────────────────────────────────► correlate
+//   targets ──► probe (bpftrace, in-kernel filters) ──► exec admission ──► judge ──► correlate ──► sinks
+//   OTLP spans ─────────────────────────────────────────────────────────────────────► correlate
 //
-// Every stage is built before any starts; start-up is ordered (sinks, then
-// intake, then the probe) and teardown always runs, in reverse. Stages talk
-// through bounded queues whose drops are counted.
-import { existsSync } from "node:fs";
-import type http from "node:http";
-import path from "node:path";
+// Sources and stages are built first, then wired (who tells whom about what),
+// then started as a declared list of stages, in order; teardown stops them in
+// reverse, also when start-up fails half-way. Stages talk through bounded
+// queues whose drops are counted. A new source is one more entry in the list.
 import { execa } from "execa";
-import type { Config } from "./config.ts";
-import type { LossEvent } from "./model.ts";
-import { MonotonicClock } from "./correlate/monotonicClock.ts";
+import {
+  clockStage,
+  correlatorStage,
+  FeedStage,
+  HttpStage,
+  kubernetesStage,
+  kubernetesTargets,
+  ListenerSink,
+  openRecorder,
+  OtlpStage,
+  TraceStage,
+} from "./agentStages.ts";
 import { BoundedQueue } from "./boundedQueue.ts";
-import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
-import { startHttpServer } from "./sinks/httpServer.ts";
+import type { Config } from "./config.ts";
+import { MonotonicClock } from "./correlate/monotonicClock.ts";
+import { parseHostPort, type HostPort } from "./hostPort.ts";
+import { buildLossStages } from "./lossStages.ts";
+import type { LossEvent } from "./model.ts";
+import { startStages, stage, type LossSink, type Stage } from "./stage.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
-import { initWorkloadSeries, removePodSeries, workloadLabels } from "./sinks/lossMetrics.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
-import { createTraceSink } from "./sinks/traces.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
-import { endpointKey, parseEndpoint, type EndpointKey } from "./sources/probe/endpointKey.ts";
-import { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
+import { parseEndpoint } from "./sources/probe/endpointKey.ts";
+import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
-import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
-import { RecentPids } from "./sources/targets/recentPids.ts";
+import { ExecAdmission } from "./sources/targets/execAdmission.ts";
 import { newProgramsCanMatch } from "./sources/targets/targetRules.ts";
+import { TargetSync } from "./sources/targets/targetSync.ts";
 import { TargetWatcher } from "./sources/targets/targetWatcher.ts";
-import { openRecordWriter } from "./sources/record/writer.ts";
-import { AGENT_VERSION } from "./version.ts";
-import { buildLossStages } from "./lossStages.ts";
 
 export interface RunningAgent {
   metrics: AgentMetrics;
   variant: ProbeVariant;
   /** Where /metrics, /healthz, /readyz and /events answer. */
-  listen: { host: string; port: number };
-  otlp: { host: string; port: number };
+  listen: HostPort;
+  otlp: HostPort;
   /** Subscribe to emitted loss events (in-process consumers: demo, tests). */
   onLoss(listener: (event: LossEvent) => void): void;
   close(): Promise<void>;
@@ -56,11 +62,6 @@ async function readBpftraceVersion(bpftrace: string): Promise<string> {
   }
 }
 
-function hostPort(value: string): { host: string; port: number } {
-  const i = value.lastIndexOf(":");
-  return { host: value.slice(0, i).replace(/^\[|\]$/g, ""), port: Number(value.slice(i + 1)) };
-}
-
 export interface StartOptions {
   /** Where loss events go as JSON lines; null for none (the demo draws its own screen). Default stdout. */
   eventLog?: NodeJS.WritableStream | null;
@@ -72,46 +73,25 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const bpftraceVersion = await readBpftraceVersion(config.bpftrace);
   metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion }, 1);
   log.info("probe variant chosen", { variant, bpftrace: bpftraceVersion });
-
-  // --- build every stage -------------------------------------------------
   const clock = new MonotonicClock();
-  const lossListeners: ((event: LossEvent) => void)[] = [];
-  // --record: what the agent received (raw probe lines, span bodies, clock), for replay.
-  const recorder = config.record
-    ? await openRecordWriter(config.record, {
-        header: {
-          node: config["node-name"],
-          clockOffsetNs: clock.offsetNs,
-          recordedAt: new Date().toISOString(),
-          agent: { version: AGENT_VERSION, config: { ...config } },
-        },
-        metrics,
-        logger: log,
-      })
-    : null;
+  const recorder = await openRecorder(config, clock, metrics, log);
+
+  // --- sinks: where a loss event goes ----------------------------------------
+  const http = new HttpStage(parseHostPort(config.listen, "listen"), metrics);
+  const feed = new FeedStage(http, metrics);
+  const traces = new TraceStage(metrics, log);
+  const listeners = new ListenerSink();
   const eventLogStream = options.eventLog === undefined ? process.stdout : options.eventLog;
   const eventLog = eventLogStream ? createEventLog(eventLogStream, { metrics }) : null;
-  // Trace export follows the standard OTEL_* variables: on when an endpoint or
-  // an exporter is named, off when OTEL_TRACES_EXPORTER=none.
-  const env = process.env;
-  const tracesWanted =
-    env.OTEL_TRACES_EXPORTER !== "none" &&
-    Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_TRACES_EXPORTER);
-  const traceSink = createTraceSink({ enabled: tracesWanted, logger: log, metrics });
-  let feed: EventFeed | undefined;
+  const sinks: LossSink[] = [
+    ...(eventLog ? [{ name: "event log", publish: (event: LossEvent) => eventLog.write(event) }] : []),
+    feed,
+    traces,
+    listeners,
+  ];
 
-  const kube = config.kubernetes
-    ? new KubernetesTargets({
-        nodeName: config["node-name"],
-        watchLabelSelector: config["watch-label-selector"],
-        ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}),
-        procRoot: config["proc-root"],
-        rescanIntervalMs: config["rescan-interval"],
-        metrics,
-        log,
-      })
-    : null;
-
+  // --- sources -----------------------------------------------------------------
+  const kube = config.kubernetes ? await kubernetesTargets(config, metrics, log) : null;
   // Host pids, also in a pod: what bpftrace reports and the host /proc lists.
   const self = readAgentIdentity(config["proc-root"]);
   const targets = new TargetWatcher({
@@ -126,225 +106,74 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     procRoot: config["proc-root"],
     metrics,
     onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
-    onChange: async ({ added, removed }) => {
-      for (const t of added) {
-        // A process rejected at its exec may become a target later (moved into
-        // a watched container's cgroup): its lines count from now on.
-        notTargets.delete(t.pid);
-        // Series exist from the first scrape, so rate() sees the first increment.
-        initWorkloadSeries(metrics, workloadLabels(t.identity));
-        await probe.addTarget(t.pid);
-      }
-      // A pid in both lists exec'd another program and is still a target: the
-      // kernel must keep it (its old identity goes, its counters stay).
-      const gone = removed.filter((t) => !added.some((a) => a.pid === t.pid));
-      for (const t of gone) await probe.removeTarget(t.pid);
-      // The next counter print carries their final values; then the kernel forgets them.
-      if (gone.length) {
-        setTimeout(() => {
-          for (const t of gone) {
-            probe.forgetCounters(t.pid).then(
-              () => counters.forget(t.pid),
-              (err: unknown) => log.warnRateLimited("forget-counters", "probe did not forget a removed target's counters", { error: String(err) }),
-            );
-          }
-        }, 2500).unref();
-      }
-      // A pod none of whose processes is watched any more: drop its series.
-      for (const t of removed) {
-        const { namespace, pod } = t.identity;
-        if (pod && !targets.pids().some((pid) => targets.identity(pid)?.identity.pod === pod && targets.identity(pid)?.identity.namespace === namespace)) {
-          await removePodSeries(metrics, namespace, pod);
-        }
-      }
-      if (added.length || removed.length) {
-        log.info("targets changed", { added: added.map((t) => `${t.comm}[${t.pid}]`), removed: removed.map((t) => `${t.comm}[${t.pid}]`) });
-      }
-    },
   });
-  // Apiserver endpoints: the configured ones plus, in Kubernetes, the ones
-  // discovered (Service ClusterIP and EndpointSlice addresses), followed live.
-  const configured = config.apiserver.map(parseEndpoint);
-  let endpoints: EndpointKey[] = configured;
-  const followEndpoints = async (discovered: { host: string; port: number }[]): Promise<void> => {
-    const next = new Map(configured.map((e) => [e.text, e]));
-    for (const { host, port } of discovered) {
-      try {
-        const key = endpointKey(host, port);
-        next.set(key.text, key);
-      } catch (err) {
-        // The kernel sees addresses, not names: a hostname endpoint cannot be filtered on.
-        log.warnRateLimited(`endpoint:${host}`, "apiserver endpoint is not an IP address; ignored", { host, port, error: String(err) });
-      }
-    }
-    const before = new Map(endpoints.map((e) => [e.text, e]));
-    endpoints = [...next.values()];
-    for (const [text, key] of next) if (!before.has(text)) await probe.setEndpoint(key, true);
-    for (const [text, key] of before) if (!next.has(text)) await probe.setEndpoint(key, false);
-    log.info("apiserver endpoints", { endpoints: endpoints.map((e) => e.text) });
-  };
+  const endpoints = new EndpointSync(config.apiserver.map(parseEndpoint), log);
 
-  // The correlator observes detection latency; the sinks only fan out.
-  const stages = buildLossStages({
+  // --- judge and correlate (shared with replay) --------------------------------
+  const judged = buildLossStages({
     config,
     metrics,
     clock,
     identity: (pid) => targets.identity(pid),
     emit: (event) => {
-      eventLog?.write(event);
-      feed?.publish(event);
-      traceSink.export(event);
-      for (const listener of lossListeners) listener(event);
+      for (const sink of sinks) sink.publish(event);
     },
   });
-  const { correlator, counters } = stages;
-
-  // probe → judge/correlate; bpftrace output is read as fast as it comes, the
-  // queue absorbs bursts without blocking the reader.
-  const probeToCorrelator = new BoundedQueue<ProbeRecord>({
-    name: "probeToCorrelator",
-    capacity: 65536,
-    metrics,
-    consume: stages.handleRecord,
-  });
-  const spansToCorrelator = new BoundedQueue<IndexedSpan[]>({
+  // bpftrace output is read as fast as it comes; the queues absorb bursts.
+  const probeRecords = new BoundedQueue<ProbeRecord>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
+  const spans = new BoundedQueue<IndexedSpan[]>({
     name: "spansToCorrelator",
     capacity: 1024,
     metrics,
-    consume: (spans) => correlator.addSpans(spans),
+    consume: (batch) => judged.correlator.addSpans(batch),
   });
+  const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch));
 
-  // With rules that can match a program started later, the probe traces every
-  // exec at once and asks; a process that is not a target is dropped again.
-  const execWatch = newProgramsCanMatch(config);
-  const notTargets = new RecentPids(4096);
-  const admit = (record: ProbeRecord): boolean => {
-    if (record.type === "exec") {
-      if (targets.admitExec(record.pid, record.comm)) {
-        notTargets.delete(record.pid);
-      } else {
-        notTargets.add(record.pid);
-        // Removed from the kernel a little later, not at once: a shell or a
-        // runtime's init often execs the real program a moment later (after
-        // moving itself into the container's cgroup), and a removal landing
-        // after that exec would leave the program untraced. What the process
-        // sends meanwhile is dropped here. Most such processes have exited by
-        // then, which removed them in the kernel: no control message for them.
-        setTimeout(() => {
-          if (!notTargets.has(record.pid) || !existsSync(path.join(config["proc-root"], String(record.pid)))) return;
-          probe.removeTarget(record.pid).catch((err: unknown) =>
-            log.warnRateLimited("exec-decision", "probe did not drop a process that is not a target", { error: String(err) }),
-          );
-        }, 250).unref();
-      }
-      return true;
-    }
-    if (record.type === "counters") {
-      record.entries = record.entries.filter(({ key }) => !notTargets.has(key[0]!));
-      return true;
-    }
-    if ("pid" in record && notTargets.has(record.pid)) {
-      metrics.eventsDropped.inc({ stage: "targets", reason: "not_a_target" });
-      return false;
-    }
-    return true;
-  };
-
+  // --- the probe -----------------------------------------------------------------
   const probe = new BpftraceSupervisor({
     variant,
     bpftrace: config.bpftrace,
     metrics,
     log,
     agentHostPid: self.hostPid,
-    state: () => ({ targets: targets.pids(), endpoints, execWatch }),
-    onRecord: (record) => {
-      if (!admit(record)) return false;
-      probeToCorrelator.push(record);
-      return true;
-    },
+    // With rules that can match a program started later, every exec is traced at once.
+    state: () => ({ targets: targets.pids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config) }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
-    onInstance: () => counters.reset(),
+    onInstance: () => judged.counters.reset(),
   });
 
-  // --- start, in order; on failure, tear down what started ---------------
-  const teardown: (() => Promise<void> | void)[] = [];
-  const close = async (): Promise<void> => {
-    for (const step of teardown.reverse().splice(0)) {
-      try {
-        await step();
-      } catch (err) {
-        log.warn("teardown step failed", { error: String(err) });
-      }
-    }
-  };
-  try {
-    if (recorder) teardown.push(() => recorder.close());
-    // Kernel time → wall time drifts (NTP slews the wall clock): re-measure.
-    const clockTimer = setInterval(() => {
-      clock.refresh();
-      recorder?.clock(clock.offsetNs);
-    }, 60_000);
-    clockTimer.unref();
-    teardown.push(() => clearInterval(clockTimer));
-    const listen = hostPort(config.listen);
-    const server: http.Server = await startHttpServer({
-      ...listen,
-      metrics,
-      ready: () =>
-        !probe.ready
-          ? { ok: false, reason: "probe not attached" }
-          : !probe.controlHealthy
-            ? { ok: false, reason: "probe did not acknowledge a target or endpoint change" }
-            : { ok: true, reason: "probe attached" },
-    });
-    teardown.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
-    feed = attachEventFeed(server, { replayCapacity: 1000, maxBufferedBytes: 1 << 20, metrics });
-    teardown.push(() => feed!.close());
-    teardown.push(() => traceSink.shutdown());
-    const stopTicking = correlator.startTicking(250);
-    teardown.push(() => {
-      stopTicking();
-      correlator.flush();
-    });
-    const otlp: OtlpReceiver = await startOtlpReceiver({
-      listen: config["otlp-listen"],
-      maxBodyBytes: 8 << 20,
-      ...(config["otlp-forward"] ? { forwardUrl: config["otlp-forward"] } : {}),
-      metrics,
-      onSpans: (spans) => spansToCorrelator.push(spans),
-      ...(recorder ? { onAccepted: ({ body, contentType, peer }) => recorder.spans(peer, contentType, body) } : {}),
-    });
-    teardown.push(() => otlp.close());
+  // --- wiring: who tells whom ------------------------------------------------------
+  const admission = new ExecAdmission({ targets, removeFromKernel: (pid) => probe.removeTarget(pid), procRoot: config["proc-root"], metrics, log });
+  probe.onRecord((record) => {
+    if (!admission.admit(record)) return false;
+    probeRecords.push(record); // a drop here is counted by the queue; the line is still recorded
+    return true;
+  });
+  new TargetSync({ targets, kernel: probe, admission, forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
+  endpoints.onChange((key, present) => probe.setEndpoint(key, present));
+  http.readyWhen(() =>
+    !probe.ready
+      ? { ok: false, reason: "probe not attached" }
+      : !probe.controlHealthy
+        ? { ok: false, reason: "probe did not acknowledge a target or endpoint change" }
+        : { ok: true, reason: "probe attached" },
+  );
 
-    if (kube) {
-      await kube.start();
-      teardown.push(() => kube.stop());
-      await followEndpoints(kube.apiservers());
-      kube.onApiservers((discovered) => {
-        followEndpoints(discovered).catch((err: unknown) =>
-          log.warnRateLimited("endpoints", "apiserver endpoint change not applied", { error: String(err) }),
-        );
-      });
-      kube.onTargets(() => targets.requestScan());
-    }
-    await targets.scan();
-    teardown.push(() => targets.stop());
-    teardown.push(() => probe.stop());
-    await probe.start();
-    targets.start(config["rescan-interval"]);
-    const address = server.address();
-    const bound = typeof address === "object" && address ? { host: address.address, port: address.port } : listen;
-    log.info("agent ready", { listen: bound, otlp: otlp.address, targets: targets.pids().length, apiservers: endpoints.map((e) => e.text) });
-    return {
-      metrics,
-      variant,
-      listen: bound,
-      otlp: otlp.address,
-      onLoss: (listener) => lossListeners.push(listener),
-      close,
-    };
-  } catch (err) {
-    await close();
-    throw err;
-  }
+  // --- start in this order, stop in reverse ----------------------------------------
+  const stages: Stage[] = [
+    ...(recorder ? [stage("recorder", () => {}, () => recorder.close())] : []),
+    clockStage(clock, recorder),
+    http,
+    feed,
+    traces,
+    correlatorStage(judged.correlator),
+    otlp,
+    ...(kube ? [kubernetesStage(kube, targets, endpoints, log)] : []),
+    stage("target scan", () => targets.scan()),
+    probe,
+    stage("target rescan", () => targets.start(config["rescan-interval"]), () => targets.stop()),
+  ];
+  const close = await startStages(stages, log);
+  log.info("agent ready", { listen: http.address, otlp: otlp.address, targets: targets.pids().length, apiservers: endpoints.current().map((e) => e.text) });
+  return { metrics, variant, listen: http.address, otlp: otlp.address, onLoss: (listener) => listeners.add(listener), close };
 }

@@ -309,13 +309,13 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
       metrics,
       log: { info: () => undefined, warn: (msg, fields) => warnings.push(`${msg} ${JSON.stringify(fields)}`) },
       state: () => state,
-      onRecord: (record) => {
-        records.push(record);
-        return true;
-      },
       onInstance: () => undefined,
       agentHostPid: process.pid,
       readyTimeoutMs: 60000,
+    });
+    supervisor.onRecord((record) => {
+      records.push(record);
+      return true;
     });
     await Promise.all([supervisor.start(), actorsStarted, listening.then((l) => (listener = l))]);
     await supervisor.setEndpoint(endpointKey("127.0.0.1", listener!.port), true);

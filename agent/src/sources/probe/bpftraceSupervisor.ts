@@ -33,9 +33,7 @@ export interface SupervisorOptions {
   log: Log;
   /** The current targets and endpoints, read at every (re)start. */
   state: () => ProbeState;
-  /** Every record the supervisor does not consume itself; false: dropped (not recorded either). */
-  onRecord: (record: ProbeRecord) => boolean;
-  /** Every raw stdout line kept (for `--record`): the unparsable ones and those onRecord kept. */
+  /** Every raw stdout line kept (for `--record`): the unparsable ones and the records kept. */
   onLine?: (line: string) => void;
   /** A new bpftrace instance started: its counters start at zero. */
   onInstance: () => void;
@@ -73,6 +71,7 @@ export function restartDelayMs({ healthy, restarts, maxBackoffMs }: RestartDelay
 }
 
 export class BpftraceSupervisor {
+  readonly name = "probe";
   private readonly opts: Required<Omit<SupervisorOptions, "onLine">> & Pick<SupervisorOptions, "onLine">;
   private readonly control = new ControlChannel();
   private child: ResultPromise | undefined;
@@ -92,6 +91,7 @@ export class BpftraceSupervisor {
   private pending: { lengths: number[]; done: () => void }[] = [];
   private flushing: Promise<void> | null = null;
   private spawned = false;
+  private recordListener: (record: ProbeRecord) => boolean = () => true;
   ready = false;
   /** False once a change was not acknowledged after every retry, until one is. */
   controlHealthy = true;
@@ -106,6 +106,11 @@ export class BpftraceSupervisor {
       healthyRunMs: 500,
       ...opts,
     };
+  }
+
+  /** Every record the supervisor does not consume itself; false: dropped (not recorded either). Set before start. */
+  onRecord(listener: (record: ProbeRecord) => boolean): void {
+    this.recordListener = listener;
   }
 
   async start(): Promise<void> {
@@ -281,7 +286,7 @@ export class BpftraceSupervisor {
     } else if (record.type === "lost") {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
-    if (this.opts.onRecord(record)) this.opts.onLine?.(line);
+    if (this.recordListener(record)) this.opts.onLine?.(line);
   }
 
   private checkHeartbeat(): void {

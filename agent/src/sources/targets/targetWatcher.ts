@@ -28,7 +28,6 @@ export interface TargetWatcherOptions {
   rules: TargetRules;
   procRoot: string;
   metrics: AgentMetrics;
-  onChange: (changes: TargetChanges) => Promise<void>;
   /** Targets found by another source (Kubernetes), with their identity; merged into every scan. */
   external?: () => { pid: number; identity: ProcessIdentity }[];
   /** The other source's verdict on a process that just exec'd: its identity, or null. */
@@ -47,9 +46,15 @@ export class TargetWatcher {
   /** pid → when its exec made it a target; a scan that began before that may not know it yet. */
   private readonly admitted = new Map<number, number>();
   private scanStartedAt = 0;
+  private changeListener: (changes: TargetChanges) => Promise<void> = () => Promise.resolve();
 
   constructor(opts: TargetWatcherOptions) {
     this.opts = opts;
+  }
+
+  /** Who applies changes (the kernel's target set, the series); set once, before the first scan. */
+  onChange(listener: (changes: TargetChanges) => Promise<void>): void {
+    this.changeListener = listener;
   }
 
   pids(): number[] {
@@ -117,7 +122,7 @@ export class TargetWatcher {
     }
     this.current = next;
     this.countBySource();
-    this.opts.onChange({ added: target ? [target] : [], removed }).catch((err: unknown) => this.opts.onError(err));
+    this.changeListener({ added: target ? [target] : [], removed }).catch((err: unknown) => this.opts.onError(err));
     return target !== null;
   }
 
@@ -163,7 +168,7 @@ export class TargetWatcher {
     for (const t of added) next.set(t.pid, t);
     this.current = next;
     this.countBySource();
-    if (added.length || removed.length) await this.opts.onChange({ added, removed });
+    if (added.length || removed.length) await this.changeListener({ added, removed });
   }
 
   /**

@@ -51,19 +51,21 @@ describe("TargetWatcher.admitExec", () => {
     43: { comm: "manager" },
     44: { comm: "pod-proc" },
   });
-  const watcher = (changes: TargetChanges[]) =>
-    new TargetWatcher({
+  const watcher = (changes: TargetChanges[]) => {
+    const w = new TargetWatcher({
       rules: { pids: [], comm: /^manager$/, cmdline: /kopf/, exclude: (pid) => pid === 43 },
       procRoot: root,
       metrics: new AgentMetrics(),
-      onChange: (c) => {
-        changes.push(c);
-        return Promise.resolve();
-      },
       externalExec: (pid, comm) =>
         pid === 44 ? { pid, tid: pid, process: comm, namespace: "ops", pod: "op-1", container: "manager", controller: "op" } : null,
       onError: (err) => assert.fail(String(err)),
     });
+    w.onChange((c) => {
+      changes.push(c);
+      return Promise.resolve();
+    });
+    return w;
+  };
 
   it("admits by comm, cmdline or the other source, with NSpid and identity, and tells the sink", () => {
     const changes: TargetChanges[] = [];

@@ -1,0 +1,243 @@
+// The live agent's parts as stages (see stage.ts): each knows how to start
+// and stop one thing, and nothing about the others beyond what it is given.
+// pipeline.ts lists them in start order.
+import type http from "node:http";
+import type { Config } from "./config.ts";
+import type { Correlator } from "./correlate/correlator.ts";
+import type { MonotonicClock } from "./correlate/monotonicClock.ts";
+import type { HostPort } from "./hostPort.ts";
+import type { LossEvent } from "./model.ts";
+import type { LossSink, Stage } from "./stage.ts";
+import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
+import { startHttpServer } from "./sinks/httpServer.ts";
+import type { Logger } from "./sinks/log.ts";
+import type { AgentMetrics } from "./sinks/metrics.ts";
+import { createTraceSink, type TraceSink } from "./sinks/traces.ts";
+import type { EndpointSync } from "./sources/probe/endpointSync.ts";
+import { startOtlpReceiver, type OtlpReceiver, type OtlpReceiverOptions } from "./sources/spans/otlpReceiver.ts";
+import { openRecordWriter, type RecordWriter } from "./sources/record/writer.ts";
+import type { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
+import type { TargetWatcher } from "./sources/targets/targetWatcher.ts";
+import { AGENT_VERSION } from "./version.ts";
+
+export type Readiness = () => { ok: boolean; reason: string };
+
+/** /metrics, /healthz, /readyz; the event feed attaches to the same server. */
+export class HttpStage implements Stage {
+  readonly name = "http server";
+  server: http.Server | null = null;
+  private ready: Readiness = () => ({ ok: false, reason: "starting" });
+  private bound: HostPort;
+  private readonly metrics: AgentMetrics;
+
+  constructor(listen: HostPort, metrics: AgentMetrics) {
+    this.bound = listen;
+    this.metrics = metrics;
+  }
+
+  /** What /readyz answers; set while wiring. */
+  readyWhen(ready: Readiness): void {
+    this.ready = ready;
+  }
+
+  /** The address bound (the port chosen when 0 was asked for). */
+  get address(): HostPort {
+    return this.bound;
+  }
+
+  async start(): Promise<void> {
+    this.server = await startHttpServer({ ...this.bound, metrics: this.metrics, ready: () => this.ready() });
+    const address = this.server.address();
+    if (typeof address === "object" && address) this.bound = { host: address.address, port: address.port };
+  }
+
+  stop(): Promise<void> {
+    return new Promise((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+}
+
+/** The /events WebSocket feed. */
+export class FeedStage implements Stage, LossSink {
+  readonly name = "event feed";
+  private feed: EventFeed | null = null;
+  private readonly http: HttpStage;
+  private readonly metrics: AgentMetrics;
+
+  constructor(http: HttpStage, metrics: AgentMetrics) {
+    this.http = http;
+    this.metrics = metrics;
+  }
+
+  start(): void {
+    if (!this.http.server) throw new Error("the http server is not listening");
+    this.feed = attachEventFeed(this.http.server, { replayCapacity: 1000, maxBufferedBytes: 1 << 20, metrics: this.metrics });
+  }
+
+  publish(event: LossEvent): void {
+    this.feed?.publish(event);
+  }
+
+  async stop(): Promise<void> {
+    await this.feed?.close();
+  }
+}
+
+/**
+ * The agent's own "status write lost" spans. Export follows the standard
+ * OTEL_* variables: on when an endpoint or an exporter is named, off when
+ * OTEL_TRACES_EXPORTER=none.
+ */
+export class TraceStage implements Stage, LossSink {
+  readonly name = "trace export";
+  private readonly sink: TraceSink;
+
+  constructor(metrics: AgentMetrics, log: Logger, env: NodeJS.ProcessEnv = process.env) {
+    const wanted =
+      env.OTEL_TRACES_EXPORTER !== "none" &&
+      Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_TRACES_EXPORTER);
+    this.sink = createTraceSink({ enabled: wanted, logger: log, metrics });
+  }
+
+  start(): void {}
+
+  publish(event: LossEvent): void {
+    this.sink.export(event);
+  }
+
+  stop(): Promise<void> {
+    return this.sink.shutdown();
+  }
+}
+
+/** In-process consumers of loss events (the demo, tests). */
+export class ListenerSink implements LossSink {
+  readonly name = "listeners";
+  private readonly listeners: ((event: LossEvent) => void)[] = [];
+
+  add(listener: (event: LossEvent) => void): void {
+    this.listeners.push(listener);
+  }
+
+  publish(event: LossEvent): void {
+    for (const listener of this.listeners) listener(event);
+  }
+}
+
+/** The OTLP/HTTP span intake. */
+export class OtlpStage implements Stage {
+  readonly name = "otlp receiver";
+  private receiver: OtlpReceiver | null = null;
+  private readonly config: Config;
+  private readonly metrics: AgentMetrics;
+  private readonly recorder: RecordWriter | null;
+  private readonly onSpans: OtlpReceiverOptions["onSpans"];
+
+  constructor(config: Config, metrics: AgentMetrics, recorder: RecordWriter | null, onSpans: OtlpReceiverOptions["onSpans"]) {
+    this.config = config;
+    this.metrics = metrics;
+    this.recorder = recorder;
+    this.onSpans = onSpans;
+  }
+
+  get address(): HostPort {
+    if (!this.receiver) throw new Error("the otlp receiver is not listening");
+    return this.receiver.address;
+  }
+
+  async start(): Promise<void> {
+    const recorder = this.recorder;
+    this.receiver = await startOtlpReceiver({
+      listen: this.config["otlp-listen"],
+      maxBodyBytes: 8 << 20,
+      ...(this.config["otlp-forward"] ? { forwardUrl: this.config["otlp-forward"] } : {}),
+      metrics: this.metrics,
+      onSpans: this.onSpans,
+      ...(recorder ? { onAccepted: ({ body, contentType, peer }) => recorder.spans(peer, contentType, body) } : {}),
+    });
+  }
+
+  async stop(): Promise<void> {
+    await this.receiver?.close();
+  }
+}
+
+/** Pods and apiserver endpoints from the Kubernetes API, followed live. */
+export function kubernetesStage(kube: KubernetesTargets, targets: TargetWatcher, endpoints: EndpointSync, log: Logger): Stage {
+  return {
+    name: "kubernetes",
+    async start() {
+      await kube.start();
+      try {
+        await endpoints.follow(kube.apiservers());
+      } catch (err) {
+        await kube.stop();
+        throw err;
+      }
+      kube.onApiservers((discovered) => {
+        endpoints.follow(discovered).catch((err: unknown) => log.warnRateLimited("endpoints", "apiserver endpoint change not applied", { error: String(err) }));
+      });
+      kube.onTargets(() => targets.requestScan());
+    },
+    stop: () => kube.stop(),
+  };
+}
+
+/** Loaded only with --kubernetes: the client library is the agent's largest dependency. */
+export async function kubernetesTargets(config: Config, metrics: AgentMetrics, log: Logger): Promise<KubernetesTargets> {
+  const { KubernetesTargets } = await import("./sources/targets/kubernetes/kubernetesTargets.ts");
+  return new KubernetesTargets({
+    nodeName: config["node-name"],
+    watchLabelSelector: config["watch-label-selector"],
+    ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}),
+    procRoot: config["proc-root"],
+    rescanIntervalMs: config["rescan-interval"],
+    metrics,
+    log,
+  });
+}
+
+/** Correlation windows close on a tick; at stop, every pending loss is emitted. */
+export function correlatorStage(correlator: Correlator, tickMs = 250): Stage {
+  let stopTicking = (): void => {};
+  return {
+    name: "correlator",
+    start: () => {
+      stopTicking = correlator.startTicking(tickMs);
+    },
+    stop: () => {
+      stopTicking();
+      correlator.flush();
+    },
+  };
+}
+
+/** Kernel time → wall time drifts (NTP slews the wall clock): re-measured every minute, and recorded. */
+export function clockStage(clock: MonotonicClock, recorder: RecordWriter | null, intervalMs = 60_000): Stage {
+  let timer: NodeJS.Timeout | undefined;
+  return {
+    name: "clock refresh",
+    start: () => {
+      timer = setInterval(() => {
+        clock.refresh();
+        recorder?.clock(clock.offsetNs);
+      }, intervalMs);
+      timer.unref();
+    },
+    stop: () => clearInterval(timer),
+  };
+}
+
+/** --record: what the agent received (raw probe lines, span bodies, clock), for replay. */
+export async function openRecorder(config: Config, clock: MonotonicClock, metrics: AgentMetrics, log: Logger): Promise<RecordWriter | null> {
+  if (!config.record) return null;
+  return openRecordWriter(config.record, {
+    header: {
+      node: config["node-name"],
+      clockOffsetNs: clock.offsetNs,
+      recordedAt: new Date().toISOString(),
+      agent: { version: AGENT_VERSION, config: { ...config } },
+    },
+    metrics,
+    logger: log,
+  });
+}

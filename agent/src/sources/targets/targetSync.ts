@@ -1,0 +1,78 @@
+// Keeps the kernel's target set and the per-workload series in step with the
+// target watcher: a target added is traced and gets its series at once; a
+// target removed stops being traced, its final counters are read, then the
+// kernel forgets them; a pod with no target left loses its series.
+import type { Logger } from "../../sinks/log.ts";
+import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../sinks/lossMetrics.ts";
+import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { ExecAdmission } from "./execAdmission.ts";
+import type { TargetChanges, TargetWatcher } from "./targetWatcher.ts";
+
+/** What of the probe target changes need. */
+export interface KernelTargets {
+  addTarget(pid: number): Promise<void>;
+  removeTarget(pid: number): Promise<void>;
+  forgetCounters(pid: number): Promise<void>;
+}
+
+export interface TargetSyncOptions {
+  targets: TargetWatcher;
+  kernel: KernelTargets;
+  admission: ExecAdmission;
+  /** Forgets a pid's counter baselines once the kernel has. */
+  forgetBaselines: (pid: number) => void;
+  metrics: AgentMetrics;
+  log: Logger;
+  /** How long a removed target's counters stay in the kernel: long enough for one more counter print. */
+  forgetAfterMs?: number;
+}
+
+export class TargetSync {
+  private readonly opts: TargetSyncOptions;
+
+  constructor(opts: TargetSyncOptions) {
+    this.opts = opts;
+    opts.targets.onChange((changes) => this.apply(changes));
+  }
+
+  async apply({ added, removed }: TargetChanges): Promise<void> {
+    const { kernel, metrics, log, targets } = this.opts;
+    for (const t of added) {
+      // A process rejected at its exec may become a target later (moved into
+      // a watched container's cgroup): its lines count from now on.
+      this.opts.admission.forget(t.pid);
+      // Series exist from the first scrape, so rate() sees the first increment.
+      initWorkloadSeries(metrics, workloadLabels(t.identity));
+      await kernel.addTarget(t.pid);
+    }
+    // A pid in both lists exec'd another program and is still a target: the
+    // kernel must keep it (its old identity goes, its counters stay).
+    const gone = removed.filter((t) => !added.some((a) => a.pid === t.pid));
+    for (const t of gone) await kernel.removeTarget(t.pid);
+    if (gone.length) this.forgetLater(gone.map((t) => t.pid));
+    // A pod none of whose processes is watched any more: drop its series.
+    for (const { identity } of removed) {
+      const stillWatched = targets.pids().some((pid) => {
+        const other = targets.identity(pid)?.identity;
+        return other?.pod === identity.pod && other.namespace === identity.namespace;
+      });
+      if (identity.pod && !stillWatched) await removePodSeries(metrics, identity.namespace, identity.pod);
+    }
+    if (added.length || removed.length) {
+      log.info("targets changed", { added: added.map((t) => `${t.comm}[${t.pid}]`), removed: removed.map((t) => `${t.comm}[${t.pid}]`) });
+    }
+  }
+
+  /** The next counter print carries the removed targets' final values; then the kernel forgets them. */
+  private forgetLater(pids: number[]): void {
+    const { kernel, log } = this.opts;
+    setTimeout(() => {
+      for (const pid of pids) {
+        kernel.forgetCounters(pid).then(
+          () => this.opts.forgetBaselines(pid),
+          (err: unknown) => log.warnRateLimited("forget-counters", "probe did not forget a removed target's counters", { error: String(err) }),
+        );
+      }
+    }, this.opts.forgetAfterMs ?? 2500).unref();
+  }
+}
