@@ -7,8 +7,9 @@ import os from "node:os";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
+import { splitHostPort } from "./hostPort.ts";
 
-const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]+):\d{1,5}$/, "expected ADDR:PORT");
+const hostPort = z.string().refine((value) => splitHostPort(value) !== null, "expected ADDR:PORT");
 const regex = z.string().refine((value) => {
   try {
     new RegExp(value);

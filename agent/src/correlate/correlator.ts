@@ -30,6 +30,7 @@ import {
   shared,
   type SpanLookup,
 } from "./spanVerdict.ts";
+import { formatHostPort } from "../hostPort.ts";
 
 export interface LossMeta {
   /** CLOCK_MONOTONIC ns of the kernel failure; null for a loss seen only in a span. */
@@ -358,5 +359,5 @@ export function formatWallNs(wallNs: bigint): string {
 
 function formatServer(address: string | null, port: number | null): string | null {
   if (address === null || port === null) return null;
-  return address.includes(":") && !address.startsWith("[") ? `[${address}]:${port}` : `${address}:${port}`;
+  return formatHostPort(address, port);
 }

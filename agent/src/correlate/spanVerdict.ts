@@ -5,6 +5,7 @@
 import type { CandidateSpan, Noticed, RequestRef } from "../model.ts";
 import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
 import { isStatusWrite, isWrite } from "../sources/spans/spanAttributes.ts";
+import { splitHostPort, unbracketHost } from "../hostPort.ts";
 
 /** Looks a span up by id; the span index's `get`. */
 export type SpanLookup = (traceId: string, spanId: string) => IndexedSpan | undefined;
@@ -72,23 +73,18 @@ export function noticedBy(matched: IndexedSpan, reconcile: IndexedSpan | null): 
 export function sameServer(span: IndexedSpan, apiserver: string): boolean {
   const req = span.request;
   if (req === null) return true;
-  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(apiserver);
-  if (m === null) return true;
-  const host = m[1] ?? m[2] ?? "";
-  if (req.serverPort !== null && req.serverPort !== Number(m[3])) return false;
+  const peer = splitHostPort(apiserver);
+  if (peer === null) return true;
+  if (req.serverPort !== null && req.serverPort !== peer.port) return false;
   // Only an address literal can be compared; a DNS name may resolve to this peer.
   if (req.serverAddress !== null && isIpLiteral(req.serverAddress)) {
-    return stripBrackets(req.serverAddress).toLowerCase() === host.toLowerCase();
+    return unbracketHost(req.serverAddress).toLowerCase() === peer.host.toLowerCase();
   }
   return true;
 }
 
 function isIpLiteral(address: string): boolean {
-  return /^\d{1,3}(\.\d{1,3}){3}$/.test(address) || stripBrackets(address).includes(":");
-}
-
-function stripBrackets(address: string): string {
-  return address.startsWith("[") && address.endsWith("]") ? address.slice(1, -1) : address;
+  return /^\d{1,3}(\.\d{1,3}){3}$/.test(address) || unbracketHost(address).includes(":");
 }
 
 export interface KernelFailure {

@@ -19,6 +19,7 @@ import { missingForDemo } from "./requirements.ts";
 import { Screen } from "./screen.ts";
 import { startStack, type DemoStack } from "./stack.ts";
 import { expectedDetections, matchDetections, type DemoOperator, type MatchResult } from "./summary.ts";
+import { bracketHost as hostForUrl, splitHostPort } from "../hostPort.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 export const DEFAULT_SCENARIO = path.join(repoRoot, "testbed/scenarios/demo.yaml");
@@ -38,7 +39,7 @@ const optionsSchema = z.object({
   keepRunning: z.boolean().optional(),
   scenario: z.string().min(1).optional(),
   record: z.string().min(1).optional(),
-  listen: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]+):\d{1,5}$/, "expected ADDR:PORT").default("127.0.0.1:9470"),
+  listen: z.string().refine((value) => splitHostPort(value) !== null, "expected ADDR:PORT").default("127.0.0.1:9470"),
 });
 type DemoOptions = z.output<typeof optionsSchema>;
 
@@ -258,7 +259,4 @@ function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string,
   return `${verdict} ${m.expected.rule.padEnd(18)} ${m.expected.cause.padEnd(28)} ${noticed}${wrong}  ${who.padEnd(24)} ${request}  (${after} s after)`;
 }
 
-function hostForUrl(host: string): string {
-  return host.includes(":") ? `[${host}]` : host;
-}
 

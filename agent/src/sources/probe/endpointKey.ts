@@ -3,35 +3,32 @@
 // words on x86_64/arm64) and the port in host order.
 import net from "node:net";
 import ipaddr from "ipaddr.js";
-import { z } from "zod";
+import { formatHostPort, splitHostPort } from "../../hostPort.ts";
 
 export type EndpointKey =
   | { family: 4; addr: bigint; port: number; text: string }
   | { family: 6; hi: bigint; lo: bigint; port: number; text: string };
 
-const port = z.coerce.number().int().min(1).max(65535);
 
 /** Parses "host:port" or "[v6]:port"; the host must be an IP literal. */
 export function parseEndpoint(value: string): EndpointKey {
-  const match = /^\[([^\]]+)\]:(\d+)$/.exec(value) ?? /^([^:[\]]+):(\d+)$/.exec(value);
-  if (!match) throw new Error(`apiserver endpoint "${value}" is not HOST:PORT or [IPv6]:PORT`);
-  const host = match[1]!;
-  const parsedPort = port.safeParse(match[2]);
-  if (!parsedPort.success) throw new Error(`apiserver endpoint "${value}": port "${match[2]}" is not 1..65535`);
-  return endpointKey(host, parsedPort.data);
+  const parsed = splitHostPort(value);
+  if (!parsed) throw new Error(`apiserver endpoint "${value}" is not HOST:PORT or [IPv6]:PORT`);
+  if (parsed.port < 1) throw new Error(`apiserver endpoint "${value}": port ${parsed.port} is not 1..65535`);
+  return endpointKey(parsed.host, parsed.port);
 }
 
 export function endpointKey(host: string, portNumber: number): EndpointKey {
   const family = net.isIP(host);
   if (family === 4) {
     const bytes = Buffer.from(host.split(".").map(Number));
-    return { family: 4, addr: BigInt(bytes.readUInt32LE(0)), port: portNumber, text: `${host}:${portNumber}` };
+    return { family: 4, addr: BigInt(bytes.readUInt32LE(0)), port: portNumber, text: formatHostPort(host, portNumber) };
   }
   if (family === 6) {
     const bytes = ipv6Bytes(host);
     const hi = (BigInt(bytes.readUInt32LE(0)) << 32n) | BigInt(bytes.readUInt32LE(4));
     const lo = (BigInt(bytes.readUInt32LE(8)) << 32n) | BigInt(bytes.readUInt32LE(12));
-    return { family: 6, hi, lo, port: portNumber, text: `[${host}]:${portNumber}` };
+    return { family: 6, hi, lo, port: portNumber, text: formatHostPort(host, portNumber) };
   }
   throw new Error(`apiserver endpoint host "${host}" is not an IP address`);
 }
@@ -42,7 +39,7 @@ export function endpointKey(host: string, portNumber: number): EndpointKey {
  */
 export function kernelKeys(key: EndpointKey): EndpointKey[] {
   if (key.family === 6) return [key];
-  const mapped = endpointKey(`::ffff:${key.text.slice(0, key.text.lastIndexOf(":"))}`, key.port);
+  const mapped = endpointKey(`::ffff:${splitHostPort(key.text)!.host}`, key.port);
   return [key, mapped];
 }
 

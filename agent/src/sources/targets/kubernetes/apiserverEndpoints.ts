@@ -6,6 +6,7 @@
 //    (kube-proxy-less clusters: Cilium, Calico eBPF);
 //  - the kubeconfig host, out of cluster.
 import type { EndpointSlice } from "./objects.ts";
+import { unbracketHost } from "../../../hostPort.ts";
 
 export interface ApiserverEndpoint {
   host: string;
@@ -21,7 +22,7 @@ export function endpointFromEnv(env: NodeJS.ProcessEnv): ApiserverEndpoint | nul
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = Number(env.KUBERNETES_SERVICE_PORT ?? "443");
   if (!host || !validPort(port)) return null;
-  return { host: stripBrackets(host), port };
+  return { host: unbracketHost(host), port };
 }
 
 /** The host and port of a kubeconfig server URL ("https://10.0.0.1:6443"). */
@@ -34,7 +35,7 @@ export function endpointFromServerUrl(server: string): ApiserverEndpoint | null 
   }
   const port = url.port === "" ? (url.protocol === "http:" ? 80 : 443) : Number(url.port);
   if (url.hostname === "" || !validPort(port)) return null;
-  return { host: stripBrackets(url.hostname), port };
+  return { host: unbracketHost(url.hostname), port };
 }
 
 /** Every IP address × port of the slices; FQDN slices do not name a socket peer and are skipped. */
@@ -63,8 +64,4 @@ export function normaliseEndpoints(endpoints: Iterable<ApiserverEndpoint>): Apis
 
 export function sameEndpoints(a: readonly ApiserverEndpoint[], b: readonly ApiserverEndpoint[]): boolean {
   return a.length === b.length && a.every((e, i) => e.host === b[i]?.host && e.port === b[i]?.port);
-}
-
-function stripBrackets(host: string): string {
-  return host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
 }
