@@ -1,5 +1,8 @@
 // Event types that cross stage boundaries. Every stage reads and writes only
 // these shapes, so a stage can be tested alone with fixtures of them.
+import type { ConnectionLossReason, LossCause, Noticed } from "./vocabulary/causes.ts";
+
+export type { ConnectionLossReason, LossCause, Noticed };
 
 /** Which process a socket event belongs to, as far as the agent knows. */
 export interface ProcessIdentity {
@@ -14,15 +17,7 @@ export interface ProcessIdentity {
   controller: string;
 }
 
-export type LossCause =
-  | "write_failed"
-  | "zero_byte_write"
-  | "connect_failed"
-  | "connection_reset"
-  | "connection_closed_unanswered"
-  | "http_rejected";
 
-export type ConnectionLossReason = "reset" | "timeout" | "closed_unanswered";
 
 /** A failure seen by the kernel on a socket whose peer is an apiserver. */
 export interface SocketEvent {
@@ -62,7 +57,6 @@ export interface RequestRef {
   status_code: number | null;
 }
 
-export type Noticed = "yes" | "no" | "unknown";
 export type Correlation = "span" | "ambiguous" | "none";
 
 export interface CandidateSpan {

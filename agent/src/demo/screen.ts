@@ -3,7 +3,7 @@
 // them keeps the script's progress and a running table by cause, redrawn in
 // place. Off a terminal (a pipe, a test) there is no footer and no colour,
 // only the lines.
-import { CAUSES } from "../sinks/metrics.ts";
+import { LOSS_CAUSES } from "../vocabulary/causes.ts";
 import { styleText } from "node:util";
 import type { FaultRecord } from "../../../testbed/apiserver/faults.ts";
 import type { LossCause, LossEvent } from "../model.ts";
@@ -83,7 +83,7 @@ export class Screen {
   /** The table by cause, also printed once at the end when there is no footer. */
   causeTable(): string[] {
     const header = `${"cause".padEnd(CAUSE_WIDTH)}  detected  silent  noticed`;
-    const rows = CAUSES.map((cause) => {
+    const rows = LOSS_CAUSES.map((cause) => {
       const c = this.detected.get(cause) ?? { silent: 0, noticed: 0, unknown: 0 };
       const total = c.silent + c.noticed + c.unknown;
       const row = `${cause.padEnd(CAUSE_WIDTH)}  ${String(total).padStart(8)}  ${String(c.silent).padStart(6)}  ${String(c.noticed).padStart(7)}`;

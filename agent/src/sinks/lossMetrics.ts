@@ -1,7 +1,9 @@
 // Turns events into metric increments, with every label value kept inside its
 // closed set (metrics.ts), so series stay bounded whatever the kernel says.
 import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
-import { CAUSES, closed, CONNECTION_LOSS_REASONS, NOTICED, SYSCALLS, traceExemplar, type AgentMetrics } from "./metrics.ts";
+import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED } from "../vocabulary/causes.ts";
+import { SYSCALL_LABELS } from "../vocabulary/syscalls.ts";
+import { closed, traceExemplar, type AgentMetrics } from "./metrics.ts";
 import { ERRNO_LABELS } from "./errnoLabels.ts";
 import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
 
@@ -24,7 +26,7 @@ export function recordSocketEvent(
 ): void {
   if (event.syscall === null) return;
   metrics.syscallErrors.inc(
-    { ...workloadLabels(identity), syscall: closed(SYSCALLS, event.syscall), errno: errnoLabel(event.errno) },
+    { ...workloadLabels(identity), syscall: closed(SYSCALL_LABELS, event.syscall), errno: errnoLabel(event.errno) },
     count,
   );
 }
@@ -62,7 +64,7 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
     process: event.process ?? "",
     controller,
     request,
-    cause: closed(CAUSES, event.cause),
+    cause: closed(LOSS_CAUSES, event.cause),
     errno: errnoLabel(event.errno),
     noticed: closed(NOTICED, event.noticed),
   };

@@ -5,18 +5,6 @@
 // id rides on a series as its OpenMetrics exemplar instead (see below).
 import { Counter, Gauge, Histogram, Registry, type LabelValues } from "prom-client";
 
-export const CAUSES = [
-  "write_failed",
-  "zero_byte_write",
-  "connect_failed",
-  "connection_reset",
-  "connection_closed_unanswered",
-  "http_rejected",
-] as const;
-export const NOTICED = ["yes", "no", "unknown"] as const;
-export const REQUESTS = ["status", "other", "unknown"] as const;
-export const SYSCALLS = ["write", "writev", "sendto", "sendmsg", "connect", "unknown"] as const;
-export const CONNECTION_LOSS_REASONS = ["reset", "timeout", "closed_unanswered"] as const;
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
 export const SPAN_REJECT_REASONS = [
   "malformed",

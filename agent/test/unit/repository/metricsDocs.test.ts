@@ -1,24 +1,15 @@
 // docs/metrics.md is the reference users read; this test keeps it honest.
 // It fails when the agent exports a metric or a label the page does not list,
 // when the page lists a metric the agent does not export, and when a closed
-// label set in metrics.ts and the page's value table disagree.
+// label set (metrics.ts, agent/src/vocabulary/) and the page's value table disagree.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { execa } from "execa";
 import { z } from "zod";
-import {
-  AgentMetrics,
-  CAUSES,
-  CONNECTION_LOSS_REASONS,
-  DROP_REASONS,
-  NOTICED,
-  PROBE_RESTART_REASONS,
-  REQUESTS,
-  SPAN_REJECT_REASONS,
-  SYSCALLS,
-  TARGET_SOURCES,
-} from "../../../src/sinks/metrics.ts";
+import { AgentMetrics, DROP_REASONS, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, TARGET_SOURCES } from "../../../src/sinks/metrics.ts";
+import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS } from "../../../src/vocabulary/causes.ts";
+import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
@@ -88,10 +79,10 @@ void test("docs/metrics.md lists no metric the agent does not export", async () 
 
 // Which exported closed set belongs to which (metric, label): the page must show each one.
 const closedSets: { metric: string; label: string; values: readonly string[] }[] = [
-  { metric: "lostwrite_status_write_lost_total", label: "cause", values: CAUSES },
+  { metric: "lostwrite_status_write_lost_total", label: "cause", values: LOSS_CAUSES },
   { metric: "lostwrite_status_write_lost_total", label: "noticed", values: NOTICED },
   { metric: "lostwrite_status_write_lost_total", label: "request", values: REQUESTS },
-  { metric: "lostwrite_apiserver_syscall_errors_total", label: "syscall", values: SYSCALLS },
+  { metric: "lostwrite_apiserver_syscall_errors_total", label: "syscall", values: SYSCALL_LABELS },
   { metric: "lostwrite_apiserver_connection_losses_total", label: "reason", values: CONNECTION_LOSS_REASONS },
   { metric: "lostwrite_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_spans_rejected_total", label: "reason", values: SPAN_REJECT_REASONS },
