@@ -4,6 +4,9 @@
 import type { Config } from "./config.ts";
 import type { LossEvent, ProcessIdentity } from "./model.ts";
 import { Correlator } from "./correlate/correlator.ts";
+import type { IsApiserver } from "./correlate/spanVerdict.ts";
+import { formatHostPort } from "./hostPort.ts";
+import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import type { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, workloadLabels } from "./sinks/lossMetrics.ts";
 import type { AgentMetrics } from "./sinks/metrics.ts";
@@ -17,8 +20,10 @@ export interface LossStagesOptions {
   metrics: AgentMetrics;
   clock: Pick<MonotonicClock, "toWallNs">;
   /** What is known of a target pid: identity for labels and events, NSpid for spans. */
-  identity: (pid: number) => { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string } | undefined;
+  identity: (pid: number) => { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string; sinceMs: number } | undefined;
   emit: (event: LossEvent) => void;
+  /** Whether an address is an apiserver endpoint: a span naming the Service matches a kernel event on a backend. Default: the configured ones (replay). */
+  isApiserver?: IsApiserver;
   /** Wall-clock ms; replay drives it from the recording. */
   now?: () => number;
 }
@@ -51,12 +56,14 @@ export function buildLossStages(opts: LossStagesOptions) {
     clock: opts.clock,
     node: config["node-name"],
     nsPidsOf: (pid) => opts.identity(pid)?.nsPids ?? null,
+    targetSinceMs: (pid) => opts.identity(pid)?.sinceMs ?? null,
     onLoss: (event) => {
       const identity = event.pid === null ? null : opts.identity(event.pid)?.identity;
       recordLoss(metrics, event, controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
       opts.emit(event);
     },
     windowMs: config["correlation-window"],
+    isApiserver: opts.isApiserver ?? configuredApiserver(config),
     now,
   });
 
@@ -95,4 +102,9 @@ export function buildLossStages(opts: LossStagesOptions) {
   };
 
   return { handleRecord, correlator, counters };
+}
+
+function configuredApiserver(config: Config): IsApiserver {
+  const texts = new Set(config.apiserver.map((value) => parseEndpoint(value).text));
+  return (host, port) => texts.has(formatHostPort(host, port));
 }

@@ -115,6 +115,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     metrics,
     clock,
     identity: (pid) => targets.identity(pid),
+    isApiserver: (host, port) => endpoints.has(host, port),
     emit: (event) => {
       for (const sink of sinks) sink.publish(event);
     },

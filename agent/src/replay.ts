@@ -45,6 +45,8 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   // Replay has no /proc: a process is known by the comm its events carry, and
   // its spans' process.pid is taken to be the host pid (true outside pods).
   const comms = new Map<number, string>();
+  // When each pid was first seen: the live agent made it a target about then.
+  const firstSeenMs = new Map<number, number>();
   const events: LossEvent[] = [];
   const stages = buildLossStages({
     config,
@@ -54,7 +56,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
     identity: (pid) => {
       const comm = comms.get(pid);
       if (comm === undefined) return undefined;
-      return { comm, nsPids: [pid], identity: { pid, process: comm, namespace: "", pod: "", container: "", controller: "" } };
+      return { comm, nsPids: [pid], sinceMs: firstSeenMs.get(pid) ?? 0, identity: { pid, process: comm, namespace: "", pod: "", container: "", controller: "" } };
     },
     emit: (event) => events.push(event),
   });
@@ -77,7 +79,10 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       if (!parsed.ok) continue;
       const probeRecord = parsed.record;
       if (probeRecord.type === "hello") stages.counters.reset();
-      if ("comm" in probeRecord && "pid" in probeRecord) comms.set(probeRecord.pid, probeRecord.comm);
+      if ("comm" in probeRecord && "pid" in probeRecord) {
+        comms.set(probeRecord.pid, probeRecord.comm);
+        if (!firstSeenMs.has(probeRecord.pid)) firstSeenMs.set(probeRecord.pid, wallMs());
+      }
       stages.handleRecord(probeRecord);
     } else {
       try {

@@ -11,20 +11,29 @@
 // kernel event that describes the same failure — a kernel event and a span
 // for one failure make one event, and the kernel event names the cause.
 //
+// A process that has sent no span lately is not made to wait: its losses go
+// out at once, as nobody will explain them. One lost request is one event:
+// N status writes on one dead connection are N events, a later kernel echo
+// of a death already reported folds into it, and a span that arrives after
+// its kernel loss went out alone does not report it again. A rejected write
+// that the client retried and then completed is a retry, not a loss.
+//
 // All time decisions use the injected `now()`, and work happens only in
 // addSocketEvent / addSpans / tick, so a recorded session replays to the same
 // events in the same order.
 import type { LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
+import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
 import type { AgentMetrics } from "../sinks/metrics.ts";
 import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
-import { type ProcessQuery, type SpanIndex, spanKey, spanOfProcess } from "../sources/spans/spanIndex.ts";
+import { type ProcessQuery, sentBy, type SpanIndex, spanKey, spanOfProcess } from "../sources/spans/spanIndex.ts";
 import type { MonotonicClock } from "./monotonicClock.ts";
 import {
   ancestryComplete,
   candidateOf,
   chooseCandidates,
   isRejectedStatusWrite,
-  noticedBy,
+  type IsApiserver,
+  noticedOf,
   reconcileSpanOf,
   requestRefOf,
   shared,
@@ -55,6 +64,8 @@ export interface CorrelatorOptions {
    * its spans carry as process.pid. Null when unknown.
    */
   nsPidsOf: (hostPid: number) => readonly number[] | null;
+  /** Wall-clock ms since which the host pid is a target; null when unknown. A process this young may not have exported its first span yet. */
+  targetSinceMs?: (hostPid: number) => number | null;
   onLoss: (event: LossEvent, meta: LossMeta) => void;
   /** Longest wait for spans, ms (default 10000). */
   windowMs?: number;
@@ -66,6 +77,17 @@ export interface CorrelatorOptions {
   pendingSpanLossCapacity?: number;
   /** Span ids remembered as already reported, for de-duplication (default 8192). */
   claimedCapacity?: number;
+  /** Span-sending processes remembered (default 4096), and for how long after their last span (default 24 h). */
+  senderCapacity?: number;
+  senderMemoryMs?: number;
+  /**
+   * How long a new target counts as a span sender before any span of it
+   * arrived (default 60 s): exporters batch (the SDKs' default is every 5 s),
+   * so an operator's first spans often arrive after its first failure.
+   */
+  senderGraceMs?: number;
+  /** Whether an address is an apiserver endpoint (configured or discovered); spans naming the Service match its backends. */
+  isApiserver?: IsApiserver;
   /** Wall-clock ms; injected by replay and tests. */
   now?: () => number;
 }
@@ -95,6 +117,12 @@ export class Correlator {
   readonly #pendingSpanLosses = new Map<string, PendingSpanLoss>();
   /** Span keys already part of an emitted event; oldest forgotten first. */
   readonly #claimed = new Set<string>();
+  /** Senders of spans by resource identity → when their latest span arrived; oldest forgotten first. */
+  readonly #senders = new Map<string, { process: IndexedSpan["process"]; lastMs: number }>();
+  /** Kernel losses emitted without a span: a span of them arriving late is not a second loss. */
+  readonly #uncorrelated: { query: ProcessQuery; wallNs: bigint }[] = [];
+  /** Status writes answered 2xx, by trace, parent and target → latest start: a retry that made it. */
+  readonly #succeeded = new Map<string, bigint>();
 
   constructor(opts: CorrelatorOptions) {
     this.#o = {
@@ -103,10 +131,15 @@ export class Correlator {
       pendingCapacity: 1024,
       pendingSpanLossCapacity: 1024,
       claimedCapacity: 8192,
+      senderCapacity: 4096,
+      senderMemoryMs: 86_400_000,
+      senderGraceMs: 60_000,
+      isApiserver: () => false,
+      targetSinceMs: () => null,
       now: Date.now,
       ...opts,
     };
-    for (const key of ["windowMs", "slackMs", "pendingCapacity", "pendingSpanLossCapacity", "claimedCapacity"] as const) {
+    for (const key of ["windowMs", "slackMs", "pendingCapacity", "pendingSpanLossCapacity", "claimedCapacity", "senderCapacity", "senderMemoryMs", "senderGraceMs"] as const) {
       const v = this.#o[key];
       if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`correlator ${key}: expected a number >= 0, got ${v}`);
     }
@@ -128,13 +161,23 @@ export class Correlator {
         this.#emitKernel(oldest);
       }
     }
-    this.#pending.push({
+    const entry: PendingKernel = {
       event,
       identity,
       wallNs: this.#o.clock.toWallNs(event.kernelTimeNs),
       query: this.#queryFor(event.pid, identity),
       deadlineMs: this.#o.now() + this.#o.windowMs,
-    });
+    };
+    // Nobody will explain it: waiting would only hide it for the window. A
+    // process that became a target lately gets the benefit of the doubt: its
+    // first spans may still be in its exporter's batch.
+    const since = this.#o.targetSinceMs(event.pid);
+    const young = since !== null && this.#o.now() - since < this.#o.senderGraceMs;
+    if (!young && !this.#sendsSpans(entry.query)) {
+      this.#emitKernel(entry);
+      return;
+    }
+    this.#pending.push(entry);
     this.tick();
   }
 
@@ -143,9 +186,17 @@ export class Correlator {
     this.#o.index.add(spans);
     const deadlineMs = this.#o.now() + this.#o.windowMs;
     for (const span of spans) {
+      this.#rememberSender(span);
+      if (span.kind === "client") this.#rememberSuccess(span);
+    }
+    for (const span of spans) {
       if (span.kind !== "client" || !isRejectedStatusWrite(span)) continue;
       const key = spanKey(span.traceId, span.spanId);
       if (this.#claimed.has(key) || this.#pendingSpanLosses.has(key)) continue;
+      if (this.#explainsUncorrelatedLoss(span)) {
+        this.#claim(span);
+        continue;
+      }
       if (this.#pendingSpanLosses.size >= this.#o.pendingSpanLossCapacity) {
         const [oldestKey, oldest] = this.#pendingSpanLosses.entries().next().value ?? [];
         if (oldestKey !== undefined && oldest !== undefined) {
@@ -165,7 +216,7 @@ export class Correlator {
     this.#o.index.evictExpired();
     for (let i = 0; i < this.#pending.length; ) {
       const entry = this.#pending[i];
-      if (entry !== undefined && (now >= entry.deadlineMs || this.#spansArrived(entry))) {
+      if (entry !== undefined && (now >= entry.deadlineMs || (this.#spansArrived(entry) && this.#verdictSettled(entry)))) {
         this.#pending.splice(i, 1);
         this.#emitKernel(entry);
       } else {
@@ -180,6 +231,11 @@ export class Correlator {
       const expired = now >= entry.deadlineMs;
       if (!expired && (!ancestryComplete(entry.span, this.#lookup) || this.#kernelEventMayClaim(entry.span))) continue;
       this.#pendingSpanLosses.delete(key);
+      if (this.#retriedAndAnswered(entry.span)) {
+        this.#claim(entry.span);
+        this.#countRetry(entry.span);
+        continue;
+      }
       this.#emitSpanLoss(entry);
     }
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, this.pendingCount);
@@ -192,7 +248,9 @@ export class Correlator {
     }
     for (const [key, entry] of this.#pendingSpanLosses) {
       this.#pendingSpanLosses.delete(key);
-      if (!this.#claimed.has(key)) this.#emitSpanLoss(entry);
+      if (this.#claimed.has(key)) continue;
+      if (this.#retriedAndAnswered(entry.span)) this.#countRetry(entry.span);
+      else this.#emitSpanLoss(entry);
     }
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, 0);
   }
@@ -216,6 +274,79 @@ export class Correlator {
   #spansArrived(entry: PendingKernel): boolean {
     const latest = this.#o.index.latestEndNs(entry.query);
     return latest !== null && latest > entry.wallNs + this.#slackNs;
+  }
+
+  /** Every span the verdict would name has its reconcile (or its root) in the index: noticed can be judged. */
+  #verdictSettled(entry: PendingKernel): boolean {
+    return this.#candidatesOf(entry).candidates.every((span) => ancestryComplete(span, this.#lookup));
+  }
+
+  #candidatesOf(entry: PendingKernel): { candidates: IndexedSpan[]; allClaimed: boolean } {
+    const open = this.#o.index.openAt(entry.query, entry.wallNs, this.#slackNs);
+    const failure = { wallNs: entry.wallNs, tid: entry.event.tid, apiserver: entry.event.apiserver };
+    const chosen = chooseCandidates(open, failure, this.#o.isApiserver);
+    if (!chosen.some((s) => s.kind === "client")) return { candidates: chosen, allClaimed: false };
+    // Requests an earlier event already reported are not lost twice; all of them: this event is its echo.
+    const candidates = chosen.filter((s) => !this.#claimed.has(spanKey(s.traceId, s.spanId)));
+    return { candidates, allClaimed: candidates.length === 0 };
+  }
+
+  #rememberSender(span: IndexedSpan): void {
+    const p = span.process;
+    const key = `${p.pid ?? ""}|${p.namespace ?? ""}|${p.podName ?? ""}`;
+    this.#senders.delete(key);
+    this.#senders.set(key, { process: p, lastMs: this.#o.now() });
+    if (this.#senders.size > this.#o.senderCapacity) {
+      const oldest = this.#senders.keys().next().value;
+      if (oldest !== undefined) this.#senders.delete(oldest);
+      this.#o.metrics.eventsDropped.inc({ stage: "correlate_senders", reason: "capacity" });
+    }
+  }
+
+  #sendsSpans(query: ProcessQuery): boolean {
+    const since = this.#o.now() - this.#o.senderMemoryMs;
+    for (const { process, lastMs } of this.#senders.values()) if (lastMs >= since && sentBy(process, query)) return true;
+    return false;
+  }
+
+  #rememberSuccess(span: IndexedSpan): void {
+    const req = span.request;
+    if (req?.statusCode == null || req.statusCode < 200 || req.statusCode > 299 || !isStatusWrite(req.method, req.path)) return;
+    const key = retryKey(span);
+    const latest = this.#succeeded.get(key);
+    this.#succeeded.delete(key);
+    this.#succeeded.set(key, latest !== undefined && latest > span.startNs ? latest : span.startNs);
+    if (this.#succeeded.size > this.#o.claimedCapacity) {
+      const oldest = this.#succeeded.keys().next().value;
+      if (oldest !== undefined) this.#succeeded.delete(oldest);
+      this.#o.metrics.eventsDropped.inc({ stage: "correlate_retries", reason: "capacity" });
+    }
+  }
+
+  /** The same write, in the same reconcile, was sent again after this attempt and answered 2xx. */
+  #retriedAndAnswered(span: IndexedSpan): boolean {
+    const answeredAt = this.#succeeded.get(retryKey(span));
+    return answeredAt !== undefined && answeredAt >= span.endNs - this.#slackNs;
+  }
+
+  #countRetry(span: IndexedSpan): void {
+    const code = span.request?.statusCode;
+    this.#o.metrics.statusWriteRetries.inc({
+      namespace: span.process.namespace ?? "",
+      pod: span.process.podName ?? "",
+      code: code == null ? "none" : String(code),
+    });
+  }
+
+  /** A transport failure's span, late: the kernel loss it describes already went out without it. */
+  #explainsUncorrelatedLoss(span: IndexedSpan): boolean {
+    if (span.request?.statusCode !== null) return false;
+    const i = this.#uncorrelated.findIndex(
+      (u) => spanOfProcess(span, u.query) && span.startNs - this.#slackNs <= u.wallNs && u.wallNs <= span.endNs + this.#slackNs,
+    );
+    if (i < 0) return false;
+    this.#uncorrelated.splice(i, 1);
+    return true;
   }
 
   /** A pending kernel event of the span's process near the span's time may still claim it. */
@@ -245,8 +376,9 @@ export class Correlator {
 
   #emitKernel(entry: PendingKernel): void {
     const { event, identity, wallNs } = entry;
-    const open = this.#o.index.openAt(entry.query, wallNs, this.#slackNs);
-    const candidates = chooseCandidates(open, { wallNs, tid: event.tid, apiserver: event.apiserver });
+    const { candidates, allClaimed } = this.#candidatesOf(entry);
+    if (allClaimed) return; // counted as a syscall error or connection loss already; reported once
+    const meta = { kernelTimeNs: event.kernelTimeNs, wallTimeNs: wallNs };
     for (const span of candidates) if (span.kind === "client") this.#claim(span);
 
     const base: LossEvent = {
@@ -275,31 +407,48 @@ export class Correlator {
       unanswered_for_ms: event.unansweredForMs,
       retransmits: event.retransmits,
     };
-    let matchedSpan: LossMeta["matchedSpan"] = null;
-    const [only] = candidates;
-    if (candidates.length === 1 && only !== undefined) {
-      const reconcile = reconcileSpanOf(only, this.#lookup);
-      Object.assign(base, {
-        correlation: "span",
-        trace_id: only.traceId,
-        span_id: only.spanId,
-        reconcile: reconcile?.reconcile ?? null,
-        request: requestRefOf(only),
-        noticed: noticedBy(only, reconcile),
-      } satisfies Partial<LossEvent>);
-      matchedSpan = { traceId: only.traceId, spanId: only.spanId };
-    } else if (candidates.length > 1) {
-      const listed = candidates.map((s) => candidateOf(s, this.#lookup));
-      Object.assign(base, {
-        correlation: "ambiguous",
-        trace_id: shared(listed.map((c) => c.trace_id)),
-        reconcile: shared(listed.map((c) => c.reconcile)),
-        request: shared(listed.map((c) => c.request)),
-        noticed: shared(candidates.map((s) => noticedBy(s, reconcileSpanOf(s, this.#lookup)))) ?? "unknown",
-        candidates: listed,
-      } satisfies Partial<LossEvent>);
+    if (candidates.length === 0) {
+      this.#rememberUncorrelated(entry);
+      this.#emit(base, { ...meta, matchedSpan: null });
+      return;
     }
-    this.#emit(base, { kernelTimeNs: event.kernelTimeNs, wallTimeNs: wallNs, matchedSpan });
+    // A connection that died with several status writes in flight lost each of them.
+    const each = candidates.length === 1 || (isConnectionDeath(event) && candidates.every(isUnansweredStatusWrite)) ? candidates : null;
+    if (each !== null) {
+      for (const span of each) this.#emit({ ...base, ...this.#verdictOf(span) }, { ...meta, matchedSpan: { traceId: span.traceId, spanId: span.spanId } });
+      return;
+    }
+    const listed = candidates.map((s) => candidateOf(s, this.#lookup));
+    const ambiguous: Partial<LossEvent> = {
+      correlation: "ambiguous",
+      trace_id: shared(listed.map((c) => c.trace_id)),
+      reconcile: shared(listed.map((c) => c.reconcile)),
+      request: shared(listed.map((c) => c.request)),
+      noticed: shared(candidates.map((s) => noticedOf(s, this.#lookup))) ?? "unknown",
+      candidates: listed,
+    };
+    this.#emit({ ...base, ...ambiguous }, { ...meta, matchedSpan: null });
+  }
+
+  /** What a loss attributed to `span` says: its trace, reconcile, request and whether the operator noticed. */
+  #verdictOf(span: IndexedSpan): Partial<LossEvent> {
+    const reconcile = reconcileSpanOf(span, this.#lookup);
+    return {
+      correlation: "span",
+      trace_id: span.traceId,
+      span_id: span.spanId,
+      reconcile: reconcile?.reconcile ?? null,
+      request: requestRefOf(span),
+      noticed: noticedOf(span, this.#lookup),
+    };
+  }
+
+  #rememberUncorrelated(entry: PendingKernel): void {
+    this.#uncorrelated.push({ query: entry.query, wallNs: entry.wallNs });
+    if (this.#uncorrelated.length > this.#o.pendingCapacity) {
+      this.#uncorrelated.shift();
+      this.#o.metrics.eventsDropped.inc({ stage: "correlate_dedup", reason: "capacity" });
+    }
   }
 
   #emitSpanLoss(entry: PendingSpanLoss): void {
@@ -325,7 +474,7 @@ export class Correlator {
       ret: null,
       bytes: null,
       apiserver: formatServer(req?.serverAddress ?? null, req?.serverPort ?? null),
-      noticed: noticedBy(span, reconcile),
+      noticed: noticedOf(span, this.#lookup),
       correlation: "span",
       trace_id: span.traceId,
       span_id: span.spanId,
@@ -360,4 +509,17 @@ export function formatWallNs(wallNs: bigint): string {
 function formatServer(address: string | null, port: number | null): string | null {
   if (address === null || port === null) return null;
   return formatHostPort(address, port);
+}
+
+function isConnectionDeath(event: SocketEvent): boolean {
+  return event.cause === "connection_reset" || event.cause === "connection_closed_unanswered";
+}
+
+function isUnansweredStatusWrite(span: IndexedSpan): boolean {
+  return span.kind === "client" && span.request?.statusCode === null && isStatusWrite(span.request.method, span.request.path);
+}
+
+/** One write: its trace and parent (the reconcile that made it), method and target. */
+function retryKey(span: IndexedSpan): string {
+  return `${span.traceId}|${span.parentSpanId ?? ""}|${span.request?.method ?? ""}|${span.request?.path ?? ""}`;
 }

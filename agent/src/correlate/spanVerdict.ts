@@ -63,24 +63,37 @@ export function requestRefOf(span: IndexedSpan): RequestRef | null {
  * Whether the operator noticed: judged on the reconcile span when there is
  * one, because that is the operator's own verdict on its work (an HTTP
  * client span records every transport error, whether the operator then
- * handles it or swallows it); otherwise on the matched span itself.
+ * handles it or swallows it). A span whose parent has not arrived may still
+ * have a reconcile above it: "unknown", never a guess from the client span.
+ * Only a span with no reconcile above it at all is judged on itself.
  */
-export function noticedBy(matched: IndexedSpan, reconcile: IndexedSpan | null): Noticed {
-  return spanRecordedError(reconcile ?? matched) ? "yes" : "no";
+export function noticedOf(matched: IndexedSpan, lookup: SpanLookup): Noticed {
+  const reconcile = reconcileSpanOf(matched, lookup);
+  if (reconcile !== null) return spanRecordedError(reconcile) ? "yes" : "no";
+  if (!ancestryComplete(matched, lookup)) return "unknown";
+  return spanRecordedError(matched) ? "yes" : "no";
 }
 
-/** What a kernel event's apiserver peer ("addr:port", "[v6]:port") says about a span's server. */
-export function sameServer(span: IndexedSpan, apiserver: string): boolean {
+/** Whether an address and port is one of the apiserver endpoints the agent filters on (configured or discovered). */
+export type IsApiserver = (host: string, port: number) => boolean;
+
+/**
+ * What a kernel event's apiserver peer ("addr:port", "[v6]:port") says about
+ * a span's server. With socket-level load balancing the span names the
+ * Service ClusterIP while the kernel sees the backend: two addresses that are
+ * both apiserver endpoints are the same apiserver.
+ */
+export function sameServer(span: IndexedSpan, apiserver: string, isApiserver: IsApiserver = () => false): boolean {
   const req = span.request;
   if (req === null) return true;
   const peer = splitHostPort(apiserver);
   if (peer === null) return true;
-  if (req.serverPort !== null && req.serverPort !== peer.port) return false;
   // Only an address literal can be compared; a DNS name may resolve to this peer.
-  if (req.serverAddress !== null && isIpLiteral(req.serverAddress)) {
-    return unbracketHost(req.serverAddress).toLowerCase() === peer.host.toLowerCase();
-  }
-  return true;
+  if (req.serverAddress === null || !isIpLiteral(req.serverAddress)) return req.serverPort === null || req.serverPort === peer.port;
+  const host = unbracketHost(req.serverAddress);
+  const port = req.serverPort ?? peer.port;
+  if (host.toLowerCase() === peer.host.toLowerCase() && port === peer.port) return true;
+  return isApiserver(host, port) && isApiserver(peer.host, peer.port);
 }
 
 function isIpLiteral(address: string): boolean {
@@ -103,9 +116,9 @@ export interface KernelFailure {
  * reconcile spans are the candidates. Ties are kept: the caller reports
  * them as ambiguous instead of picking one.
  */
-export function chooseCandidates(open: readonly IndexedSpan[], failure: KernelFailure): IndexedSpan[] {
+export function chooseCandidates(open: readonly IndexedSpan[], failure: KernelFailure, isApiserver?: IsApiserver): IndexedSpan[] {
   const clients = open.filter(
-    (s) => s.kind === "client" && s.request !== null && s.request.statusCode === null && sameServer(s, failure.apiserver),
+    (s) => s.kind === "client" && s.request !== null && s.request.statusCode === null && sameServer(s, failure.apiserver, isApiserver),
   );
   if (clients.length > 0) {
     return best(clients, (s) => [

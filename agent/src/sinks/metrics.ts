@@ -97,6 +97,12 @@ export class AgentMetrics {
     labelNames: [...workload, "controller", "request", "cause", "errno", "noticed"],
     registers: [this.registry],
   });
+  readonly statusWriteRetries = new Counter({
+    name: "lostwrite_status_write_retried_total",
+    help: "Status writes the apiserver refused (409/422/429/5xx or a transport error) that the client sent again in the same reconcile and got answered 2xx: retries, not losses.",
+    labelNames: ["namespace", "pod", "code"],
+    registers: [this.registry],
+  });
   readonly syscallErrors = new Counter({
     name: "lostwrite_apiserver_syscall_errors_total",
     help: "Failed or zero-byte write-family or connect syscalls on apiserver sockets, before correlation.",

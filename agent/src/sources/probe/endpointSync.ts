@@ -3,6 +3,7 @@
 // addresses), followed live. Each change reaches the kernel as one
 // endpoint added or removed.
 import type { Logger } from "../../sinks/log.ts";
+import { formatHostPort } from "../../hostPort.ts";
 import { endpointKey, type EndpointKey } from "./endpointKey.ts";
 
 export type EndpointChange = (key: EndpointKey, present: boolean) => Promise<void>;
@@ -21,6 +22,12 @@ export class EndpointSync {
 
   current(): EndpointKey[] {
     return this.endpoints;
+  }
+
+  /** Whether host:port is one of the endpoints now. */
+  has(host: string, port: number): boolean {
+    const text = formatHostPort(host, port);
+    return this.endpoints.some((e) => e.text === text);
   }
 
   /** Who applies a change in the kernel; set once, before the first follow(). */

@@ -185,7 +185,11 @@ function known(value: string | null): value is string {
  * and k8s.namespace.name.
  */
 export function spanOfProcess(span: IndexedSpan, proc: ProcessQuery): boolean {
-  const p = span.process;
+  return sentBy(span.process, proc);
+}
+
+/** Whether a span's sender (its resource's process and pod) is `proc`; the rule of spanOfProcess. */
+export function sentBy(p: IndexedSpan["process"], proc: ProcessQuery): boolean {
   if (known(p.podName) && known(proc.pod) && p.podName !== proc.pod) return false;
   if (known(p.namespace) && known(proc.namespace) && p.namespace !== proc.namespace) return false;
   // A span without process.pid is only found through its pod.

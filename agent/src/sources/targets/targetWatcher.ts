@@ -17,6 +17,8 @@ export interface WatchedTarget extends Target {
   identity: Omit<ProcessIdentity, "tid">;
   /** NSpid from /proc/<pid>/status, outermost first. */
   nsPids: number[] | null;
+  /** Wall-clock ms when it became a target. */
+  sinceMs: number;
 }
 
 export interface TargetChanges {
@@ -101,6 +103,7 @@ export class TargetWatcher {
           cmdline,
           source: source ?? "kubernetes",
           nsPids: parseNsPids(readSync(this.opts.procRoot, pid, "status")),
+          sinceMs: Date.now(),
           identity: external ?? { pid, process: comm, namespace: "", pod: "", container: "", controller: "" },
         };
       }
@@ -149,6 +152,7 @@ export class TargetWatcher {
       added.push({
         ...target,
         nsPids: await readNsPids(this.opts.procRoot, target.pid),
+        sinceMs: Date.now(),
         identity: external.get(target.pid) ?? {
           pid: target.pid,
           process: target.comm,

@@ -99,7 +99,10 @@ function laterSpan(atMs: number): SpanDef {
   return { traceId: id(32), spanId: id(16), name: "housekeeping", startMs: atMs, endMs: atMs + 1, resource: RESOURCE };
 }
 
-function setup(over: { windowMs?: number; pendingCapacity?: number } = {}) {
+function setup(
+  over: { windowMs?: number; pendingCapacity?: number; isApiserver?: (host: string, port: number) => boolean; targetSinceMs?: (pid: number) => number | null } = {},
+  sender = true,
+) {
   let nowMs = T0 + 1000;
   const metrics = new AgentMetrics();
   const index = new SpanIndex({ capacity: 10_000, maxAgeMs: 60_000, metrics, now: () => nowMs });
@@ -115,6 +118,8 @@ function setup(over: { windowMs?: number; pendingCapacity?: number } = {}) {
     now: () => nowMs,
     ...over,
   });
+  // The operator has been sending spans (a reconcile a minute ago): its losses wait for theirs.
+  if (sender) correlator.addSpans(spans([laterSpan(T0 - 60_000)]));
   return {
     correlator,
     metrics,
@@ -354,5 +359,110 @@ void describe("correlator", () => {
     const first = run();
     assert.equal(first.split("\n").length, 2);
     assert.equal(run(), first);
+  });
+
+  void test("a process that sends no spans: its loss goes out at once, not after the window", () => {
+    const { correlator, out } = setup({ targetSinceMs: () => T0 + 1000 - 120_000 }, false);
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    assert.equal(out.length, 1, "emitted without waiting");
+    assert.equal(out[0]!.event.correlation, "none");
+    assert.equal(out[0]!.event.noticed, "unknown");
+  });
+
+  void test("a target of a few seconds with no span yet waits: its first spans may still be in its exporter's batch", () => {
+    const { correlator, out } = setup({ targetSinceMs: () => T0 - 3000 }, false);
+    const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    assert.equal(out.length, 0);
+    correlator.addSpans(spans([patch, reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 1);
+    assert.equal(out[0]!.event.span_id, patch.spanId);
+  });
+
+  void test("noticed waits for the reconcile span: a PATCH span that recorded the error does not make a swallowed loss 'noticed'", () => {
+    const { correlator, out, advance } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    correlator.addSpans(spans([patch, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 0, "the PATCH arrived, its reconcile not yet: no verdict on noticed");
+    advance(1000);
+    correlator.addSpans(spans([reconcile]));
+    assert.equal(out.length, 1);
+    assert.equal(out[0]!.event.span_id, patch.spanId);
+    assert.equal(out[0]!.event.noticed, "no", "the reconcile ended OK: the operator swallowed the error");
+  });
+
+  void test("a reconcile span that never comes: noticed is unknown, not judged on the PATCH span", () => {
+    const { correlator, out, advance } = setup({ windowMs: 5000 });
+    const { patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    correlator.addSocketEvent(socketEvent(T0 + 20), identity);
+    correlator.addSpans(spans([patch, laterSpan(T0 + 200)]));
+    advance(6000);
+    assert.equal(out.length, 1);
+    assert.equal(out[0]!.event.correlation, "span");
+    assert.equal(out[0]!.event.noticed, "unknown");
+  });
+
+  void test("spans that arrive after the window do not report the same loss again", () => {
+    const { correlator, out, advance } = setup({ windowMs: 2000 });
+    const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    correlator.addSocketEvent(socketEvent(T0 + 20, { cause: "connection_reset", syscall: null, errno: null, ret: null }), identity);
+    advance(3000);
+    assert.equal(out.length, 1, "emitted alone at the window's end");
+    correlator.addSpans(spans([patch, reconcile, laterSpan(T0 + 200)]));
+    advance(3000);
+    correlator.flush();
+    assert.equal(out.length, 1, "the late PATCH span describes the loss already reported");
+  });
+
+  void test("a connection reset with two status writes in flight: two events, one per write; the EPIPE echo adds none", () => {
+    const { correlator, out } = setup();
+    const a = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    const b = reconcileWithPatch("w2", { startMs: T0 + 1, patchStartMs: T0 + 12, patchEndMs: T0 + 31, endMs: T0 + 95 });
+    correlator.addSocketEvent(socketEvent(T0 + 20, { cause: "connection_reset", syscall: null, errno: null, ret: null }), identity);
+    correlator.addSocketEvent(socketEvent(T0 + 21), identity);
+    correlator.addSpans(spans([a.patch, b.patch, a.reconcile, b.reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 2);
+    assert.deepEqual(out.map((o) => o.event.span_id).sort(), [a.patch.spanId, b.patch.spanId].sort());
+    assert.ok(out.every((o) => o.event.correlation === "span" && o.event.cause === "connection_reset"));
+  });
+
+  void test("a 429 the client retried and then got answered 200: a retry, counted, not a loss", async () => {
+    const { correlator, out, metrics, advance } = setup();
+    const { reconcile, patch } = reconcileWithPatch("w1", {
+      startMs: T0,
+      patchStartMs: T0 + 10,
+      patchEndMs: T0 + 30,
+      endMs: T0 + 1500,
+      patch: { attributes: { "http.request.method": "PATCH", "url.path": "/apis/example.com/v1/namespaces/default/widgets/w1/status", "http.response.status_code": 429 } },
+    });
+    const retry: SpanDef = {
+      ...patch,
+      spanId: id(16),
+      startMs: T0 + 1030,
+      endMs: T0 + 1050,
+      status: SpanStatusCode.UNSET,
+      attributes: { "http.request.method": "PATCH", "url.path": "/apis/example.com/v1/namespaces/default/widgets/w1/status", "http.response.status_code": 200 },
+    };
+    correlator.addSpans(spans([patch, retry, reconcile]));
+    advance(15_000);
+    correlator.flush();
+    assert.equal(out.length, 0);
+    const retried = (await metrics.statusWriteRetries.get()).values;
+    assert.deepEqual(retried.map((v) => [v.labels.code, v.value]), [["429", 1]]);
+  });
+
+  void test("a span naming the Service ClusterIP matches a kernel event on its backend address", () => {
+    const endpoints = new Set(["10.96.0.1:443", "192.168.1.10:6443"]);
+    const run = (isApiserver?: (host: string, port: number) => boolean) => {
+      const { correlator, out } = setup(isApiserver ? { isApiserver } : {});
+      const { reconcile, patch } = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+      correlator.addSocketEvent(socketEvent(T0 + 20, { apiserver: "192.168.1.10:6443" }), identity);
+      correlator.addSpans(spans([patch, reconcile, laterSpan(T0 + 200)]));
+      correlator.flush();
+      return out.map((o) => `${o.event.cause} ${o.event.span_id === patch.spanId ? "patch" : "other"}`);
+    };
+    assert.deepEqual(run((host, port) => endpoints.has(`${host}:${port}`)), ["write_failed patch"]);
+    assert.equal(run().length, 2, "without the endpoint set the PATCH is another server's: two events for one write");
   });
 });
