@@ -26,6 +26,7 @@ import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { parseHostPort, type HostPort } from "./hostPort.ts";
 import { buildLossStages } from "./lossStages.ts";
 import type { LossEvent } from "./model.ts";
+import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
 import { startStages, stage, type LossSink, type Stage } from "./stage.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
@@ -71,7 +72,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const metrics = new AgentMetrics();
   const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
   const bpftraceVersion = await readBpftraceVersion(config.bpftrace);
-  metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion }, 1);
+  metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion, answer_rule: ANSWER_RULES[variant] }, 1);
   log.info("probe variant chosen", { variant, bpftrace: bpftraceVersion });
   const clock = new MonotonicClock();
   const recorder = await openRecorder(config, clock, metrics, log);

@@ -146,8 +146,8 @@ export class AgentMetrics {
   });
   readonly probeInfo = new Gauge({
     name: "lostwrite_probe_info",
-    help: "The probe program variant chosen for this kernel (value is always 1).",
-    labelNames: ["variant", "bpftrace_version"],
+    help: "The probe program variant chosen for this kernel and what it takes for an answer (value is always 1).",
+    labelNames: ["variant", "bpftrace_version", "answer_rule"],
     registers: [this.registry],
   });
   readonly probeRestarts = new Counter({

@@ -10,6 +10,7 @@ import { z } from "zod";
 import { AgentMetrics, DROP_REASONS, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, TARGET_SOURCES } from "../../../src/sinks/metrics.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
+import { ANSWER_RULES } from "../../../src/vocabulary/answerRules.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
@@ -88,6 +89,7 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_spans_rejected_total", label: "reason", values: SPAN_REJECT_REASONS },
   { metric: "lostwrite_events_dropped_total", label: "reason", values: DROP_REASONS },
   { metric: "lostwrite_targets", label: "source", values: TARGET_SOURCES },
+  { metric: "lostwrite_probe_info", label: "answer_rule", values: Object.values(ANSWER_RULES) },
 ];
 
 const valueRows = metricRows(valuesPart).map(([metric = "", label = "", values = "", initialised = ""]) => ({
