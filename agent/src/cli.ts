@@ -152,6 +152,7 @@ program
   .option("--scenario <file>", "a fault scenario file instead of the built-in one")
   .option("--record <file>", "record the session for `lostwrite replay`")
   .option("--listen <addr:port>", "the agent's /metrics, /events", "127.0.0.1:9470")
+  .option("--no-install", "as root on Debian or Ubuntu the demo installs bpftrace and mounts tracefs when missing; this refuses")
   .action(async (opts: Record<string, unknown>) => {
     const { runDemo } = await import("./demo/runDemo.ts");
     process.exitCode = await runDemo(opts);

@@ -15,6 +15,7 @@ import { loadScenario, type Rule } from "../../../testbed/apiserver/scenario.ts"
 import type { LossEvent } from "../model.ts";
 import { shouldColor } from "../tail.ts";
 import { identifiedRules, runFaultScript, targetedOperators, targetsWriter, sleep } from "./faultScript.ts";
+import { commandLine, planInstall, readMachineState, runInstall } from "./install.ts";
 import { missingForDemo } from "./requirements.ts";
 import { Screen } from "./screen.ts";
 import { startStack, type DemoStack } from "./stack.ts";
@@ -40,10 +41,19 @@ const optionsSchema = z.object({
   scenario: z.string().min(1).optional(),
   record: z.string().min(1).optional(),
   listen: z.string().refine((value) => splitHostPort(value) !== null, "expected ADDR:PORT").default("127.0.0.1:9470"),
+  /** false with --no-install: print what is missing, install nothing. */
+  install: z.boolean().default(true),
 });
 type DemoOptions = z.output<typeof optionsSchema>;
 
-const FLAG_OF: Record<string, string> = { duration: "--duration", keepRunning: "--keep-running", scenario: "--scenario", record: "--record", listen: "--listen" };
+const FLAG_OF: Record<string, string> = {
+  duration: "--duration",
+  keepRunning: "--keep-running",
+  scenario: "--scenario",
+  record: "--record",
+  listen: "--listen",
+  install: "--no-install",
+};
 
 /** Validates the command's options; the error names the flag and the value. */
 export function parseDemoOptions(opts: Record<string, unknown>): DemoOptions {
@@ -74,6 +84,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     return 2;
   }
 
+  if (!(await prepareMachine(opts.install, print))) return 1;
   const missing = await missingForDemo();
   if (missing.length > 0) {
     print("lostwrite demo needs the real kernel probes, and this machine is missing:");
@@ -260,3 +271,34 @@ function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string,
 }
 
 
+
+/**
+ * A fresh Debian or Ubuntu machine, as root: installs what the demo needs,
+ * saying each command. Otherwise (not root, --no-install, another
+ * distribution) prints the commands to run; the checks that follow say what
+ * is still missing. False when an install step failed.
+ */
+async function prepareMachine(install: boolean, print: (text?: string) => void): Promise<boolean> {
+  const state = await readMachineState();
+  const steps = planInstall(state);
+  if (steps.length === 0) return true;
+  if (state.root && state.apt && install) {
+    print("lostwrite demo: this machine lacks what the demo needs; installing it (--no-install to refuse):");
+    const result = await runInstall(steps, print);
+    if (!result.ok) {
+      print(`lostwrite demo: ${result.reason}`);
+      return false;
+    }
+    print();
+    return true;
+  }
+  const why = !state.apt
+    ? "this is not Debian or Ubuntu: install bpftrace and python3 from your distribution, and mount tracefs:"
+    : !state.root
+      ? "not root: nothing installed. Run, as root:"
+      : "--no-install: nothing installed. Run:";
+  print(`lostwrite demo: ${why}`);
+  for (const step of state.apt ? steps : steps.filter((s) => s.argv[0] === "mount")) print(`  ${commandLine(step, !state.root)}`);
+  print();
+  return true;
+}
