@@ -20,6 +20,11 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
   { key: "otlp-forward", flag: "--otlp-forward <url>", help: "pass every received span batch on to this OTLP/HTTP URL" },
   { key: "record", flag: "--record <file>", help: "record the probe stream and received spans for replay" },
   { key: "correlation-window", flag: "--correlation-window <duration>", help: "longest wait for spans (default 10s)" },
+  {
+    key: "span-grace",
+    flag: "--span-grace <duration>",
+    help: "how long a new target that has sent no span yet still has its losses wait for spans (default 60s); after it, they are reported at once",
+  },
   { key: "probe-variant", flag: "--probe-variant <variant>", help: "auto, sockets or syscalls (default auto)" },
   { key: "bpftrace", flag: "--bpftrace <path>", help: "bpftrace binary (default: bpftrace on PATH)" },
   { key: "rescan-interval", flag: "--rescan-interval <duration>", help: "how often targets are rescanned (default 1s)" },

@@ -55,6 +55,7 @@ export const configSchema = z.strictObject({
   "otlp-forward": z.url().optional(),
   record: z.string().min(1).optional(),
   "correlation-window": duration.default(10000),
+  "span-grace": duration.default(60000),
   "probe-variant": z.enum(["auto", "sockets", "syscalls"]).default("auto"),
   bpftrace: z.string().min(1).default("bpftrace"),
   "rescan-interval": duration.default(1000),

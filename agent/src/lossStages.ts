@@ -63,6 +63,7 @@ export function buildLossStages(opts: LossStagesOptions) {
       opts.emit(event);
     },
     windowMs: config["correlation-window"],
+    senderGraceMs: config["span-grace"],
     isApiserver: opts.isApiserver ?? configuredApiserver(config),
     now,
   });

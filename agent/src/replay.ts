@@ -35,6 +35,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       values: {
         "node-name": header.node,
         "correlation-window": ms("correlation-window", 10_000),
+        "span-grace": ms("span-grace", 60_000),
         "unanswered-min-bytes": recorded["unanswered-min-bytes"] ?? 64,
       },
     },
