@@ -7,15 +7,14 @@
 // every control (idle closes, an answered request before a reset, a process
 // that is not a target) must report nothing.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import type { LossEvent } from "../../src/model.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
-import { HttpsClient, type Step } from "./support/httpsClient.ts";
+import { NamedClients, type HttpsClient, type Step } from "./support/httpsClient.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 /** Every client of this file is named lwc-*: the agent targets exactly those. */
@@ -38,17 +37,9 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
   let dir: string;
   let api: Apiserver;
   let agent: AgentProcess;
-  let python: string;
-  const clients: HttpsClient[] = [];
-
-  /** A client whose comm is `comm`: a symlink to the python binary gives it that name in the kernel. */
-  const client = (comm: string, timeoutS?: number): HttpsClient => {
-    const binary = path.join(dir, comm);
-    symlinkSync(python, binary);
-    const c = new HttpsClient(binary, api.port, timeoutS ?? CLIENT_TIMEOUT_S);
-    clients.push(c);
-    return c;
-  };
+  let clients: NamedClients | undefined;
+  /** A client whose comm is `comm`. */
+  const client = (comm: string, timeoutS?: number): HttpsClient => clients!.client(comm, timeoutS);
   const eventsOf = (c: HttpsClient): LossEvent[] => agent.events.filter((e) => e.pid === c.pid);
   const losses = (c: HttpsClient, reason: string): Promise<number> =>
     agent.metric("lostwrite_apiserver_connection_losses_total", { process: c.comm, reason });
@@ -58,8 +49,8 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
   before(async () => {
     assertKernelRequirements();
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-conn-"));
-    python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
     api = await startApiserver({ dir });
+    clients = new NamedClients(api.port, CLIENT_TIMEOUT_S);
     agent = await startAgentProcess([
       "--target-comm", TARGET_COMM,
       "--apiserver", `127.0.0.1:${api.port}`,
@@ -68,7 +59,7 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
   });
 
   after(async () => {
-    for (const c of clients) c.child.kill("SIGKILL");
+    clients?.close();
     await agent?.stop();
     await api?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });

@@ -3,15 +3,14 @@
 // still has its loss wait for them. The window here is 10 s, as deployed, so
 // "at once" and "after the window" cannot be confused.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import type { LossEvent } from "../../src/model.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
-import { HttpsClient } from "./support/httpsClient.ts";
+import { NamedClients, type HttpsClient } from "./support/httpsClient.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 const WINDOW_MS = 10_000;
@@ -21,22 +20,14 @@ describe("no waiting for spans that never come", { skip: skipWithoutKernel(), ti
   let dir: string;
   let api: Apiserver;
   let agent: AgentProcess;
-  let python: string;
-  const clients: HttpsClient[] = [];
-
-  const client = (comm: string): HttpsClient => {
-    const binary = path.join(dir, comm);
-    symlinkSync(python, binary);
-    const c = new HttpsClient(binary, api.port, 1.5);
-    clients.push(c);
-    return c;
-  };
+  let clients: NamedClients | undefined;
+  const client = (comm: string): HttpsClient => clients!.client(comm);
 
   before(async () => {
     assertKernelRequirements();
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-nowait-"));
-    python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
     api = await startApiserver({ dir });
+    clients = new NamedClients(api.port, 1.5);
     agent = await startAgentProcess([
       "--target-comm", "^lwn-",
       "--apiserver", `127.0.0.1:${api.port}`,
@@ -47,7 +38,7 @@ describe("no waiting for spans that never come", { skip: skipWithoutKernel(), ti
   });
 
   after(async () => {
-    for (const c of clients) c.child.kill("SIGKILL");
+    clients?.close();
     await agent?.stop();
     await api?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });

@@ -2,7 +2,9 @@
 // command at a time over stdin: connect, request, request_retransmitted (the
 // first transmission withheld with TCP repair mode, so the kernel really
 // retransmits on loopback), close, exit. Each command answers one JSON line.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { waitFor, type AgentProcess } from "./agentProcess.ts";
@@ -70,5 +72,36 @@ export class HttpsClient {
     const timer = setTimeout(() => this.child.kill("SIGKILL"), 5000);
     await this.exited;
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Clients under comms of the test's choosing: a symlink to python3 named so
+ * gives the process that comm in the kernel, so an agent can target exactly
+ * them by name and tell their events apart.
+ */
+export class NamedClients {
+  private readonly dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-clients-"));
+  private readonly python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+  private readonly clients: HttpsClient[] = [];
+  private readonly port: number;
+  private readonly timeoutS: number;
+
+  constructor(port: number, timeoutS: number) {
+    this.port = port;
+    this.timeoutS = timeoutS;
+  }
+
+  client(comm: string, timeoutS = this.timeoutS): HttpsClient {
+    const binary = path.join(this.dir, comm);
+    symlinkSync(this.python, binary);
+    const c = new HttpsClient(binary, this.port, timeoutS);
+    this.clients.push(c);
+    return c;
+  }
+
+  close(): void {
+    for (const c of this.clients) c.child.kill("SIGKILL");
+    rmSync(this.dir, { recursive: true, force: true });
   }
 }
