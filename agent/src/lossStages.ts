@@ -12,7 +12,8 @@ import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, work
 import type { AgentMetrics } from "./sinks/metrics.ts";
 import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
-import { DeadConnectionEchoes, errnoName, judge, syscallName } from "./sources/probe/socketEvents.ts";
+import { DeadConnectionEchoes, errnoName, judge } from "./sources/probe/socketEvents.ts";
+import { syscallName } from "./vocabulary/syscalls.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
 
 export interface LossStagesOptions {

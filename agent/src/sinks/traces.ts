@@ -31,6 +31,7 @@ import type { LossEvent } from "../model.ts";
 import type { Logger } from "./log.ts";
 import type { AgentMetrics } from "./metrics.ts";
 import { nsToHrTime, parseRfc3339Ns } from "./rfc3339.ts";
+import { splitHostPort } from "../hostPort.ts";
 
 export const LOST_WRITE_SPAN_NAME = "status write lost";
 
@@ -136,7 +137,7 @@ export function createTraceSink(opts: TraceSinkOptions): TraceSink {
 
 /** The attributes of the exported "status write lost" span; unknown (null) values are left out, not invented. */
 export function lossAttributes(event: LossEvent): Attributes {
-  const server = splitHostPort(event.apiserver);
+  const server = event.apiserver === null ? null : splitHostPort(event.apiserver);
   const attributes: Attributes = {
     "lostwrite.cause": event.cause,
     "lostwrite.errno": event.errno ?? undefined,
@@ -154,16 +155,6 @@ export function lossAttributes(event: LossEvent): Attributes {
   };
   for (const key of Object.keys(attributes)) if (attributes[key] === undefined) delete attributes[key];
   return attributes;
-}
-
-/** "10.96.0.1:443" or "[fd00::1]:443" → host and port; null when it is neither. */
-export function splitHostPort(address: string | null): { host: string; port: number } | null {
-  if (address === null) return null;
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(address);
-  if (m === null) return null;
-  const port = Number(m[3]);
-  if (port > 65535) return null;
-  return { host: m[1] ?? m[2] ?? "", port };
 }
 
 function diagToLogger(logger: Logger): DiagLogger {

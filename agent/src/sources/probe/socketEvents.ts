@@ -4,6 +4,8 @@
 import os from "node:os";
 import type { ConnectionLossReason, SocketEvent } from "../../model.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
+import { formatHostPort } from "../../hostPort.ts";
+import { syscallName } from "../../vocabulary/syscalls.ts";
 
 // Aliases share a number (EWOULDBLOCK = EAGAIN): the first, canonical name wins.
 const ERRNO_NAMES = new Map<number, string>();
@@ -15,16 +17,8 @@ export function errnoName(errno: number): string {
   return ERRNO_NAMES.get(errno) ?? `E${errno}`;
 }
 
-// x86_64 syscall numbers of the write family, as the probe reads them from pt_regs.
-const SYSCALLS: Record<number, string> = { 1: "write", 20: "writev", 44: "sendto", 46: "sendmsg", 42: "connect", 307: "sendmmsg" };
 
-export function syscallName(nr: number): string {
-  return SYSCALLS[nr] ?? "unknown";
-}
-
-function peer(addr: string, port: number): string {
-  return addr.includes(":") ? `[${addr}]:${port}` : `${addr}:${port}`;
-}
+const peer = formatHostPort;
 
 const base = { unansweredBytes: null, unansweredForMs: null, retransmits: null } as const;
 

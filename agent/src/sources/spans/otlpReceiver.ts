@@ -13,6 +13,7 @@ import { createOtlpForwarder, type OtlpForwarder } from "./otlpForwarder.ts";
 import { decodeJsonTraceRequest } from "./otlpJson.ts";
 import { decodeProtobufTraceRequest } from "./otlpProtobuf.ts";
 import type { WireRequest } from "./otlpWire.ts";
+import { parseHostPort } from "../../hostPort.ts";
 
 export interface OtlpReceiverOptions {
   /** host:port ("[::1]:4318" for IPv6); port 0 picks a free one. */
@@ -52,15 +53,8 @@ export function decodeTraceBody(mediaType: string, body: Uint8Array, peerAddress
   return toIndexedSpans(MEDIA_TYPES[mediaType as MediaType].decode(body), peerAddress);
 }
 
-export function parseListen(listen: string): { host: string; port: number } {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(listen);
-  const port = Number(m?.[3]);
-  if (m === null || port > 65535) throw new Error(`otlpListen: expected host:port, got "${listen}"`);
-  return { host: m[1] ?? m[2] ?? "", port };
-}
-
 export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<OtlpReceiver> {
-  const { host, port } = parseListen(opts.listen);
+  const { host, port } = parseHostPort(opts.listen, "otlpListen");
   if (!(Number.isSafeInteger(opts.maxBodyBytes) && opts.maxBodyBytes > 0)) {
     throw new Error(`otlp maxBodyBytes: expected a positive integer, got ${opts.maxBodyBytes}`);
   }

@@ -9,7 +9,7 @@ import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../../src/sinks/log.ts";
 import { AgentMetrics } from "../../../src/sinks/metrics.ts";
-import { createTraceSink, lossAttributes, splitHostPort } from "../../../src/sinks/traces.ts";
+import { createTraceSink, lossAttributes } from "../../../src/sinks/traces.ts";
 import { sampleEvent } from "./sampleEvent.ts";
 
 // OTLP/JSON shapes, only the parts asserted here.
@@ -226,10 +226,4 @@ void describe("loss span attributes", () => {
     });
   });
 
-  void it("splits IPv4 and IPv6 peers", () => {
-    assert.deepEqual(splitHostPort("10.96.0.1:443"), { host: "10.96.0.1", port: 443 });
-    assert.deepEqual(splitHostPort("[fd00::1]:6443"), { host: "fd00::1", port: 6443 });
-    assert.equal(splitHostPort("fd00::1"), null);
-    assert.equal(splitHostPort("host:99999"), null);
-  });
 });
