@@ -3,9 +3,10 @@
 // dropped and counted, and the writer learns it (OTLP answers 429). Items are
 // consumed in order, in batches, off the writer's call stack.
 import type { AgentMetrics } from "./sinks/metrics.ts";
+import type { DropStage } from "./vocabulary/drops.ts";
 
 export interface BoundedQueueOptions<T> {
-  name: string;
+  name: DropStage;
   capacity: number;
   metrics: AgentMetrics;
   consume: (item: T) => void;

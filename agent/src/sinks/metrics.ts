@@ -4,6 +4,7 @@
 // so no label can grow with pids, object names, paths or trace ids: a trace
 // id rides on a series as its OpenMetrics exemplar instead (see below).
 import { Counter, Gauge, Histogram, Registry, type LabelValues } from "prom-client";
+import type { DropReason, DropStage } from "../vocabulary/drops.ts";
 
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
 export const SPAN_REJECT_REASONS = [
@@ -13,7 +14,6 @@ export const SPAN_REJECT_REASONS = [
   "queue_full",
   "method_not_allowed",
 ] as const;
-export const DROP_REASONS = ["queue_full", "capacity", "slow_client", "expired", "invalid", "upstream_error", "write_error", "not_a_target"] as const;
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
 
 /** Keeps a label value inside its closed set. */
@@ -87,6 +87,11 @@ function formatNumber(value: number): string {
   if (value === -Infinity) return "-Inf";
   return String(value);
 }
+
+/** lostwrite_events_dropped_total, whose labels only take values of the drop vocabulary. */
+export type DropCounter = Omit<Counter<"stage" | "reason">, "inc"> & {
+  inc(labels: { stage: DropStage; reason: DropReason }, value?: number): void;
+};
 
 export class AgentMetrics {
   readonly registry = new Registry();
@@ -193,7 +198,7 @@ export class AgentMetrics {
     labelNames: ["reason"],
     registers: [this.registry],
   });
-  readonly eventsDropped = new Counter({
+  readonly eventsDropped: DropCounter = new Counter({
     name: "lostwrite_events_dropped_total",
     help: "Events dropped anywhere in the pipeline, by stage and reason.",
     labelNames: ["stage", "reason"],

@@ -3,7 +3,8 @@
 // never costs it its traces. A bounded queue with one sender: when the
 // upstream is slow or down, batches are dropped and counted, never buffered
 // without limit, and the receiver never waits for the upstream.
-import { closed, DROP_REASONS, type AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { DropReason } from "../../vocabulary/drops.ts";
 
 export interface ForwardBatch {
   body: Buffer;
@@ -41,8 +42,8 @@ export function createOtlpForwarder(opts: OtlpForwarderOptions): OtlpForwarder {
   const { metrics } = opts;
   metrics.queueLength.set({ queue: "otlpReceiverToForwarder" }, 0);
 
-  const drop = (reason: string): void => {
-    metrics.eventsDropped.inc({ stage: STAGE, reason: closed(DROP_REASONS, reason) });
+  const drop = (reason: DropReason): void => {
+    metrics.eventsDropped.inc({ stage: STAGE, reason });
   };
 
   async function sendOne(batch: ForwardBatch): Promise<void> {

@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { execa } from "execa";
 import { z } from "zod";
-import { AgentMetrics, DROP_REASONS, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, TARGET_SOURCES } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, TARGET_SOURCES } from "../../../src/sinks/metrics.ts";
+import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
 import { ANSWER_RULES } from "../../../src/vocabulary/answerRules.ts";
@@ -88,6 +89,7 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_spans_rejected_total", label: "reason", values: SPAN_REJECT_REASONS },
   { metric: "lostwrite_events_dropped_total", label: "reason", values: DROP_REASONS },
+  { metric: "lostwrite_events_dropped_total", label: "stage", values: DROP_STAGES },
   { metric: "lostwrite_targets", label: "source", values: TARGET_SOURCES },
   { metric: "lostwrite_probe_info", label: "answer_rule", values: Object.values(ANSWER_RULES) },
 ];
