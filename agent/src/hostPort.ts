@@ -10,18 +10,24 @@ const HOST_PORT = /^(?:\[([^\]\s]+)\]|([^:[\]\s]+)):(\d{1,5})$/;
 
 /** The host and port of "host:port" or "[v6]:port" (port 0..65535); null for anything else. */
 export function splitHostPort(value: string): HostPort | null {
-  const m = HOST_PORT.exec(value);
-  if (m === null) return null;
-  const port = Number(m[3]);
-  if (port > 65535) return null;
-  return { host: m[1] ?? m[2]!, port };
+  const parsed = readHostPort(value);
+  return typeof parsed === "string" ? null : parsed;
 }
 
 /** As splitHostPort, throwing an error that names what was expected and the value. */
 export function parseHostPort(value: string, what = "address"): HostPort {
-  const parsed = splitHostPort(value);
-  if (parsed === null) throw new Error(`${what}: expected HOST:PORT or [IPv6]:PORT, got "${value}"`);
+  const parsed = readHostPort(value);
+  if (typeof parsed === "string") throw new Error(`${what}: ${parsed}`);
   return parsed;
+}
+
+/** The host and port, or what is wrong with the value, in words that name it. */
+export function readHostPort(value: string): HostPort | string {
+  const m = HOST_PORT.exec(value);
+  if (m === null) return `"${value}" is not HOST:PORT or [IPv6]:PORT`;
+  const port = Number(m[3]);
+  if (port > 65535) return `port "${m[3]}" of "${value}" is not 0..65535`;
+  return { host: m[1] ?? m[2]!, port };
 }
 
 /** A host as it goes before ":port" or into a URL: an IPv6 address in brackets. */

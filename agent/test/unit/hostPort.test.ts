@@ -16,7 +16,8 @@ describe("host:port", { timeout: 10_000 }, () => {
   });
 
   it("names what was expected and the value in the error", () => {
-    assert.throws(() => parseHostPort("nope", "listen"), /listen: expected HOST:PORT or \[IPv6\]:PORT, got "nope"/);
+    assert.throws(() => parseHostPort("nope", "listen"), /listen: "nope" is not HOST:PORT or \[IPv6\]:PORT/);
+    assert.throws(() => parseHostPort("10.0.0.1:70000", "listen"), /listen: port "70000" of "10.0.0.1:70000" is not 0..65535/);
   });
 
   it("writes IPv6 in brackets, once, and round-trips", () => {

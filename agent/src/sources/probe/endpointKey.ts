@@ -3,7 +3,7 @@
 // words on x86_64/arm64) and the port in host order.
 import net from "node:net";
 import ipaddr from "ipaddr.js";
-import { formatHostPort, splitHostPort } from "../../hostPort.ts";
+import { formatHostPort, readHostPort, splitHostPort } from "../../hostPort.ts";
 
 export type EndpointKey =
   | { family: 4; addr: bigint; port: number; text: string }
@@ -12,8 +12,8 @@ export type EndpointKey =
 
 /** Parses "host:port" or "[v6]:port"; the host must be an IP literal. */
 export function parseEndpoint(value: string): EndpointKey {
-  const parsed = splitHostPort(value);
-  if (!parsed) throw new Error(`apiserver endpoint "${value}" is not HOST:PORT or [IPv6]:PORT`);
+  const parsed = readHostPort(value);
+  if (typeof parsed === "string") throw new Error(`apiserver endpoint ${parsed}`);
   if (parsed.port < 1) throw new Error(`apiserver endpoint "${value}": port ${parsed.port} is not 1..65535`);
   return endpointKey(parsed.host, parsed.port);
 }

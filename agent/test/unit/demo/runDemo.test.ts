@@ -4,7 +4,8 @@ import { parseDemoOptions } from "../../../src/demo/runDemo.ts";
 
 describe("demo options", () => {
   it("takes durations with a unit and defaults --listen", () => {
-    assert.deepEqual(parseDemoOptions({ duration: "45s" }), { duration: 45_000, listen: "127.0.0.1:9470" });
+    assert.deepEqual(parseDemoOptions({ duration: "45s" }), { duration: 45_000, listen: "127.0.0.1:9470", install: true });
+    assert.equal(parseDemoOptions({ install: false }).install, false);
     assert.equal(parseDemoOptions({ duration: "1m" }).duration, 60_000);
   });
 
