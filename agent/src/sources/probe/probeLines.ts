@@ -18,27 +18,55 @@
 
 export type FieldType = "int" | "u64" | "bool" | "word" | "rest";
 
-export const PROBE_LINES = {
-  hello: { ts: "u64", agentPid: "int" },
-  exec: { ts: "u64", pid: "int", cgroup: "u64", comm: "rest" },
-  send: { ts: "u64", pid: "int", tid: "int", syscallNr: "int", ret: "int", port: "int", addr: "word", comm: "rest" },
-  connect: { ts: "u64", pid: "int", tid: "int", err: "int", port: "int", addr: "word", comm: "rest" },
-  close: {
-    ts: "u64",
-    pid: "int",
-    tid: "int",
-    err: "int",
-    reset: "bool",
-    unansweredBytes: "int",
-    waitedNs: "u64",
-    retransmits: "int",
-    port: "int",
-    addr: "word",
-    comm: "rest",
+const HELLO = { ts: "u64", agentPid: "int" } as const;
+const TICK = { ts: "u64" } as const;
+
+/** The lines of each probe family: the socket programs (probes/*.bt) and the per-binary Go HTTP/2 programs (goProbeProgram.ts). */
+export const PROBE_FAMILIES = {
+  sockets: {
+    hello: HELLO,
+    exec: { ts: "u64", pid: "int", cgroup: "u64", comm: "rest" },
+    send: { ts: "u64", pid: "int", tid: "int", syscallNr: "int", ret: "int", port: "int", addr: "word", comm: "rest" },
+    connect: { ts: "u64", pid: "int", tid: "int", err: "int", port: "int", addr: "word", comm: "rest" },
+    close: {
+      ts: "u64",
+      pid: "int",
+      tid: "int",
+      err: "int",
+      reset: "bool",
+      unansweredBytes: "int",
+      waitedNs: "u64",
+      retransmits: "int",
+      port: "int",
+      addr: "word",
+      comm: "rest",
+    },
+    ack: { seq: "int" },
+    tick: TICK,
   },
-  ack: { seq: "int" },
-  tick: { ts: "u64" },
-} as const satisfies Record<string, Record<string, FieldType>>;
+  goHttp2: {
+    hello: HELLO,
+    // A request got its stream: conn and stream are Go's *ClientConn and
+    // *clientStream (addresses, the keys of everything after), port and addr
+    // the connection's peer read through its file descriptor.
+    go_request: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64", streamId: "int", pathLen: "int", method: "word", port: "int", addr: "word" },
+    // One piece of that request's URL path (long paths come in several).
+    go_path: { pid: "int", stream: "u64", offset: "int", part: "rest" },
+    // Response headers: name and value of the first field, :status for a response.
+    go_headers: { ts: "u64", pid: "int", conn: "u64", streamId: "int", name: "word", value: "word" },
+    go_reset: { ts: "u64", pid: "int", conn: "u64", streamId: "int", code: "int" },
+    go_goaway: { ts: "u64", pid: "int", conn: "u64", lastStreamId: "int", code: "int" },
+    // The connection's read loop ended; state is its TCP state then (7 CLOSE, 8 CLOSE_WAIT; 0 unreadable).
+    go_conn_closed: { ts: "u64", pid: "int", conn: "u64", state: "int", port: "int", addr: "word" },
+    go_abort: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64" },
+    tick: TICK,
+  },
+} as const satisfies Record<string, Record<string, Record<string, FieldType>>>;
+
+export type ProbeFamily = keyof typeof PROBE_FAMILIES;
+
+/** Every line kind of every family, for the parser. */
+export const PROBE_LINES = { ...PROBE_FAMILIES.sockets, ...PROBE_FAMILIES.goHttp2 } as const satisfies Record<string, Record<string, FieldType>>;
 
 export const PRINTF_CONVERSIONS: Record<FieldType, readonly string[]> = {
   int: ["%d", "%lld", "%llu"],

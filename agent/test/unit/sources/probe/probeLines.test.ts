@@ -7,8 +7,10 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, it } from "node:test";
-import { headerName, PRINTF_CONVERSIONS, PROBE_LINES, type FieldType, type PrintfKind, type PrintfRecord } from "../../../../src/sources/probe/probeLines.ts";
+import { headerName, PRINTF_CONVERSIONS, PROBE_FAMILIES, PROBE_LINES, type FieldType, type PrintfKind, type PrintfRecord } from "../../../../src/sources/probe/probeLines.ts";
 import { parseProbeLine } from "../../../../src/sources/probe/probeOutput.ts";
+import { HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2Function } from "../../../../src/sources/goBinary/http2Families.ts";
+import { renderGoProgram } from "../../../../src/sources/goHttp2/goProbeProgram.ts";
 import { repoPath } from "../../../repoPath.ts";
 
 const probesDir = repoPath("probes");
@@ -17,6 +19,7 @@ const PROBES = readdirSync(probesDir)
   .sort()
   .map((name) => ({ name, text: readFileSync(path.join(probesDir, name), "utf8") }));
 const KINDS = Object.keys(PROBE_LINES) as PrintfKind[];
+const SOCKET_KINDS = Object.keys(PROBE_FAMILIES.sockets) as PrintfKind[];
 const fieldsOf = (kind: PrintfKind): [string, FieldType][] => Object.entries(PROBE_LINES[kind]);
 
 // The printf records as the agent read them before the table existed, written
@@ -42,7 +45,14 @@ type Expected =
     }
   | { type: "exec"; ts: bigint; pid: number; cgroup: bigint; comm: string }
   | { type: "ack"; seq: number }
-  | { type: "tick"; ts: bigint };
+  | { type: "tick"; ts: bigint }
+  | { type: "go_request"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint; streamId: number; pathLen: number; method: string; port: number; addr: string }
+  | { type: "go_path"; pid: number; stream: bigint; offset: number; part: string }
+  | { type: "go_headers"; ts: bigint; pid: number; conn: bigint; streamId: number; name: string; value: string }
+  | { type: "go_reset"; ts: bigint; pid: number; conn: bigint; streamId: number; code: number }
+  | { type: "go_goaway"; ts: bigint; pid: number; conn: bigint; lastStreamId: number; code: number }
+  | { type: "go_conn_closed"; ts: bigint; pid: number; conn: bigint; state: number; port: number; addr: string }
+  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint };
 type Flat<T> = T extends unknown ? { [K in keyof T]: T[K] } : never;
 type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 const recordTypesUnchanged: Same<Flat<PrintfRecord>, Flat<Expected>> = true;
@@ -78,6 +88,39 @@ function headerOutputKinds(text: string): Map<string, string[]> {
     kinds.set(m[1]!, upper === -1 ? names : names.slice(0, upper));
   }
   return kinds;
+}
+
+/** What is wrong with the printfs of a program: kinds outside the table or `kinds`, conversions that disagree, kinds never printed. */
+function printfProblems(programName: string, text: string, kinds: PrintfKind[]): string[] {
+  const formats = printfFormats(text);
+  const problems: string[] = [];
+  const mismatches = new Set<string>();
+  for (const format of formats) {
+    const [kind, ...conversions] = format.replace(/\\n$/, "").split(" ") as [string, ...string[]];
+    if (!kinds.includes(kind as PrintfKind)) {
+      problems.push(`printf("${format}"): kind "${kind}" is not in this family's table`);
+      continue;
+    }
+    const fields = fieldsOf(kind as PrintfKind);
+    const layout = fields.map(([key, type]) => `${key}:${type}`).join(" ");
+    if (conversions.length !== fields.length) {
+      problems.push(`printf("${format}"): ${conversions.length} conversions for the ${fields.length} fields ${layout}`);
+      continue;
+    }
+    for (const [i, [key, type]] of fields.entries()) {
+      const conversion = conversions[i]!;
+      if (PRINTF_CONVERSIONS[type].includes(conversion)) continue;
+      const mismatch = `${programName} ${kind} ${key} ${conversion}`;
+      if (KNOWN_MISMATCHES.has(mismatch)) mismatches.add(mismatch);
+      else problems.push(`printf("${format}"): ${key} (${type}) printed with ${conversion}, expected ${PRINTF_CONVERSIONS[type].join(" or ")}`);
+    }
+  }
+  const printed = new Set(formats.map((format) => format.split(" ")[0]));
+  for (const kind of kinds) if (!printed.has(kind)) problems.push(`no printf of kind "${kind}"`);
+  for (const known of KNOWN_MISMATCHES) {
+    if (known.startsWith(`${programName} `) && !mismatches.has(known)) problems.push(`"${known}" is fixed: remove it from KNOWN_MISMATCHES`);
+  }
+  return problems;
 }
 
 void describe("the printf line table", () => {
@@ -119,41 +162,13 @@ void describe("the printf line table", () => {
 for (const probe of PROBES) {
   void describe(`probes/${probe.name}`, () => {
     void it("prints every kind of the table, each printf with one conversion per field in the table's order and type", () => {
-      const formats = printfFormats(probe.text);
-      const problems: string[] = [];
-      const mismatches = new Set<string>();
-      for (const format of formats) {
-        const [kind, ...conversions] = format.replace(/\\n$/, "").split(" ") as [string, ...string[]];
-        if (!Object.hasOwn(PROBE_LINES, kind)) {
-          problems.push(`printf("${format}"): kind "${kind}" is not in the table`);
-          continue;
-        }
-        const fields = fieldsOf(kind as PrintfKind);
-        const layout = fields.map(([key, type]) => `${key}:${type}`).join(" ");
-        if (conversions.length !== fields.length) {
-          problems.push(`printf("${format}"): ${conversions.length} conversions for the ${fields.length} fields ${layout}`);
-          continue;
-        }
-        for (const [i, [key, type]] of fields.entries()) {
-          const conversion = conversions[i]!;
-          if (PRINTF_CONVERSIONS[type].includes(conversion)) continue;
-          const mismatch = `${probe.name} ${kind} ${key} ${conversion}`;
-          if (KNOWN_MISMATCHES.has(mismatch)) mismatches.add(mismatch);
-          else problems.push(`printf("${format}"): ${key} (${type}) printed with ${conversion}, expected ${PRINTF_CONVERSIONS[type].join(" or ")}`);
-        }
-      }
-      const printed = new Set(formats.map((format) => format.split(" ")[0]));
-      for (const kind of KINDS) if (!printed.has(kind)) problems.push(`no printf of kind "${kind}"`);
-      for (const known of KNOWN_MISMATCHES) {
-        if (known.startsWith(`${probe.name} `) && !mismatches.has(known)) problems.push(`"${known}" is fixed: remove it from KNOWN_MISMATCHES`);
-      }
-      assert.deepEqual(problems, []);
+      assert.deepEqual(printfProblems(probe.name, probe.text, SOCKET_KINDS), []);
     });
 
     void it("lists every kind in its header's OUTPUT section with the table's fields", () => {
       const listed = headerOutputKinds(probe.text);
-      assert.deepEqual([...listed.keys()].sort(), [...KINDS].sort(), "the kinds the OUTPUT section lists");
-      for (const kind of KINDS) {
+      assert.deepEqual([...listed.keys()].sort(), [...SOCKET_KINDS].sort(), "the kinds the OUTPUT section lists");
+      for (const kind of SOCKET_KINDS) {
         const names = fieldsOf(kind).map(([key]) => headerName(key));
         assert.equal(listed.get(kind)?.join(" "), names.join(" "), `the fields of "${kind}" in the OUTPUT section`);
       }
@@ -169,3 +184,36 @@ for (const probe of PROBES) {
     });
   });
 }
+
+void describe("the generated Go HTTP/2 program", () => {
+  const GO_KINDS = Object.keys(PROBE_FAMILIES.goHttp2) as PrintfKind[];
+  const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at });
+  const families = HTTP2_FAMILY_NAMES.map((name, f) => ({
+    name,
+    functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, location(HTTP2_SYMBOLS[name][fn], 0x1000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof location>>,
+  }));
+  const text = renderGoProgram({ binary: "/host/proc/42/exe", families, pids: [42, 7] });
+
+  void it("prints every kind of the Go family, each printf with the table's fields", () => {
+    assert.deepEqual(printfProblems("go-http2", text, GO_KINDS), []);
+  });
+
+  void it("attaches every function of every family at its file offset, in the chosen pids only", () => {
+    const probes = [...text.matchAll(/^uprobe:(\S+):0x([0-9a-f]+) \/(.*)\/ \{$/gm)];
+    assert.equal(probes.length, HTTP2_FAMILY_NAMES.length * HTTP2_FUNCTIONS.length);
+    const offsets = new Set(families.flatMap((f) => Object.values(f.functions).map((l) => l.fileOffset)));
+    for (const [, binary, offset, filter] of probes) {
+      assert.equal(binary, "/host/proc/42/exe");
+      assert.ok(offsets.has(parseInt(offset!, 16)), `offset 0x${offset}`);
+      assert.equal(filter, "pid == 7 || pid == 42");
+    }
+    assert.doesNotMatch(text, /uretprobe/, "never a return probe on Go code");
+  });
+
+  void it("refuses targets it cannot express, naming the value", () => {
+    assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [] }), /1\.\.64 pids, got 0/);
+    assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [-1] }), /positive integer, got -1/);
+    assert.throws(() => renderGoProgram({ binary: '/a "b', families, pids: [1] }), /quotes or spaces: "\/a "b"/);
+    assert.throws(() => renderGoProgram({ binary: "/x", families: [], pids: [1] }), /no HTTP\/2 family/);
+  });
+});

@@ -1,0 +1,177 @@
+// The bpftrace program that reads one Go binary's HTTP/2 client requests:
+// uprobes at the entries of the functions http2Families.ts names, attached by
+// file offset (so stripped binaries work), only in the chosen pids. Its lines
+// are the goHttp2 family of probeLines.ts.
+//
+// Entry probes only: a uretprobe rewrites the return address on the
+// goroutine's stack, and Go moves stacks — the process would crash. Every
+// value is read at a function's entry, from the registers of Go's register
+// ABI (Go 1.17+ on amd64: arguments in AX, BX, CX, DI, SI, …, the current
+// goroutine in R14) and from the structs they point at. The offsets below are
+// the same in net/http's bundled copy and in golang.org/x/net/http2, from
+// Go 1.19 to 1.23 (x/net 0.7 to 0.30): the e2e tests run these probes on
+// real binaries of both families, and on kubectl.
+//
+// bpftrace needs --unsafe to attach a uprobe at a raw offset into a binary
+// without symbols; the program uses nothing else that flag unlocks (no
+// system(), no signal(), no writes to user memory).
+import type { Http2Family } from "../goBinary/inspectGoBinary.ts";
+import type { Http2Function } from "../goBinary/http2Families.ts";
+
+/** Longest piece of a path printed in one line; keeps a printf's stack use under bpftrace's 512 bytes. */
+export const PATH_PART_BYTES = 120;
+
+/** Path pieces printed at most: the first two and the last, so a status write is told even in a path longer than that. */
+export const PATH_PARTS = 3;
+
+/** Pids one program filters on, at most: the predicate is a chain of comparisons. */
+export const MAX_PIDS_PER_PROGRAM = 64;
+
+/** What the Go programs add to bpftrace's environment: strings as long as a path piece. */
+export const GO_PROBE_ENV = { BPFTRACE_STRLEN: String(PATH_PART_BYTES + 8) } as const;
+
+export interface GoProbeTarget {
+  /** What bpftrace attaches to: the binary as this agent can open it, e.g. /host/proc/4242/exe. */
+  binary: string;
+  families: readonly Http2Family[];
+  /** Host pids running that binary and chosen as targets (at most MAX_PIDS_PER_PROGRAM). */
+  pids: readonly number[];
+}
+
+// The peer of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word at
+// +16) is a *tls.Conn, whose conn (data word at +8) is a *net.TCPConn, whose
+// first word is its *netFD, whose poll.FD has Sysfd at +16. Then through the
+// task's file table to the socket. What is not a socket reads as port 0.
+const PEER = `
+		$tls = *(uint64 *)($cc + 16);
+		$tcp = *(uint64 *)($tls + 8);
+		$netfd = *(uint64 *)$tcp;
+		$fd = *(int64 *)($netfd + 16);
+		$sk = (struct sock *)kptr(0);
+		if ($fd >= 0 && $fd < 1048576) {
+			$file = (struct file *)*(curtask->files->fdt->fd + $fd);
+			if ($file != 0) {
+				if (($file->f_inode->i_mode & 0xf000) == 0xc000) {
+					$sk = ((struct socket *)$file->private_data)->sk;
+				}
+			}
+		}
+		$port = (uint64)0;
+		$family = (uint64)0;
+		$state = (uint64)0;
+		if ((uint64)$sk != 0) {
+			$raw = $sk->__sk_common.skc_dport;
+			$port = (uint64)((($raw & 0xff) << 8) | ($raw >> 8));
+			$family = (uint64)$sk->__sk_common.skc_family;
+			$state = (uint64)$sk->__sk_common.skc_state;
+		}`;
+
+/** A printf whose last field is the peer's address: ntop needs its family as a constant. */
+function printWithPeer(format: string, args: string): string {
+  return `
+		if ($family == 10) {
+			printf("${format}\\n", ${args}, ntop(10, $sk->__sk_common.skc_v6_daddr.in6_u.u6_addr8));
+		} else if ($family == 2) {
+			printf("${format}\\n", ${args}, ntop(2, $sk->__sk_common.skc_daddr));
+		} else {
+			printf("${format}\\n", ${args}, ntop(2, (uint32)0));
+		}`;
+}
+
+/** Prints the path pieces at offsets 0, 120 and the last 120 bytes (or 240 when the path fits in three). */
+const PATH = `
+		printf("go_path %d %llu %d %s\\n", pid, $cs, 0, str($path, $pathLen));
+		if ($pathLen > ${PATH_PART_BYTES}) {
+			printf("go_path %d %llu %d %s\\n", pid, $cs, ${PATH_PART_BYTES}, str($path + ${PATH_PART_BYTES}, $pathLen - ${PATH_PART_BYTES}));
+		}
+		if ($pathLen > ${2 * PATH_PART_BYTES}) {
+			$last = $pathLen > ${PATH_PARTS * PATH_PART_BYTES} ? $pathLen - ${PATH_PART_BYTES} : (uint64)${2 * PATH_PART_BYTES};
+			printf("go_path %d %llu %d %s\\n", pid, $cs, $last, str($path + $last, $pathLen - $last));
+		}`;
+
+/** What each probed function reads; `$cc` etc. are bpftrace variables. */
+const BODIES: Record<Http2Function, string> = {
+  // (*clientStream).writeRequest(cs, req): this goroutine writes req on cs now.
+  writeRequest: `
+	@go_req[reg("r14")] = reg("bx");
+	@go_cs[reg("r14")] = reg("ax");`,
+  // (*ClientConn).writeHeaders(cc, streamID, endStream, …), on the goroutine
+  // of writeRequest: the request got its stream id. Later calls (trailers)
+  // find nothing remembered. http.Request: Method (a string) at +0, URL at
+  // +16; url.URL.Path at +56.
+  writeHeaders: `
+	$g = reg("r14");
+	$req = @go_req[$g];
+	if ($req != 0) {
+		$cs = @go_cs[$g];
+		delete(@go_req[$g]);
+		delete(@go_cs[$g]);
+		$cc = reg("ax");
+		$id = reg("bx") & 0xffffffff;
+		$method = *(uint64 *)$req;
+		$methodLen = *(uint64 *)($req + 8);
+		$url = *(uint64 *)($req + 16);
+		$path = *(uint64 *)($url + 56);
+		$pathLen = *(uint64 *)($url + 64);${PEER}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}
+	}`,
+  // (*clientConnReadLoop).processHeaders(rl, f *MetaHeadersFrame): rl.cc at
+  // +0; f's *HeadersFrame at +0 (StreamID at +8 of it), Fields
+  // ([]hpack.HeaderField: Name, Value strings) at +8, their count at +16.
+  processHeaders: `
+	$cc = *(uint64 *)reg("ax");
+	$f = reg("bx");
+	$id = *(uint32 *)(*(uint64 *)$f + 8);
+	$fields = *(uint64 *)($f + 8);
+	if (*(uint64 *)($f + 16) > 0) {
+		$nameLen = *(uint64 *)($fields + 8);
+		$valueLen = *(uint64 *)($fields + 24);
+		printf("go_headers %llu %d %llu %d %s %s\\n", nsecs, pid, $cc, $id,
+			str(*(uint64 *)$fields, $nameLen > 16 ? 16 : $nameLen), str(*(uint64 *)($fields + 16), $valueLen > 16 ? 16 : $valueLen));
+	}`,
+  // processResetStream(rl, f *RSTStreamFrame): StreamID at +8, ErrCode at +12.
+  processResetStream: `
+	$f = reg("bx");
+	printf("go_reset %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)reg("ax"), *(uint32 *)($f + 8), *(uint32 *)($f + 12));`,
+  // processGoAway(rl, f *GoAwayFrame): LastStreamID at +12, ErrCode at +16.
+  processGoAway: `
+	$f = reg("bx");
+	printf("go_goaway %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)reg("ax"), *(uint32 *)($f + 12), *(uint32 *)($f + 16));`,
+  // (*clientConnReadLoop).cleanup(rl): the read loop ended, the socket is
+  // still open: its state says who ended it (CLOSE_WAIT: the server's FIN;
+  // CLOSE: a reset or a timeout).
+  cleanup: `
+	$cc = *(uint64 *)reg("ax");${PEER}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
+  // (*clientStream).abortStream(cs, err): cs.cc at +0.
+  abortStream: `
+	printf("go_abort %llu %d %d %llu %llu\\n", nsecs, pid, tid, *(uint64 *)reg("ax"), reg("ax"));`,
+};
+
+/** The predicate of every probe: only the chosen pids of this binary report. */
+function pidFilter(pids: readonly number[]): string {
+  if (pids.length === 0 || pids.length > MAX_PIDS_PER_PROGRAM) {
+    throw new RangeError(`a Go probe program takes 1..${MAX_PIDS_PER_PROGRAM} pids, got ${pids.length}`);
+  }
+  for (const pid of pids) if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`Go probe target pid: expected a positive integer, got ${pid}`);
+  return [...pids].sort((a, b) => a - b).map((pid) => `pid == ${pid}`).join(" || ");
+}
+
+/** The program text; bpftrace runs it as `bpftrace --unsafe -f json FILE AGENT_PID`. */
+export function renderGoProgram(target: GoProbeTarget): string {
+  if (/["\s]/.test(target.binary)) throw new RangeError(`Go probe binary path must not hold quotes or spaces: "${target.binary}"`);
+  if (target.families.length === 0) throw new RangeError(`Go probe for ${target.binary}: no HTTP/2 family to probe`);
+  const filter = pidFilter(target.pids);
+  const probes = target.families.flatMap((family) =>
+    (Object.keys(BODIES) as Http2Function[]).map((fn) => {
+      const location = family.functions[fn];
+      return `// ${location.symbol}\nuprobe:${target.binary}:0x${location.fileOffset.toString(16)} /${filter}/ {${BODIES[fn]}\n}`;
+    }),
+  );
+  return [
+    "// Generated by lostwrite for one Go binary: see agent/src/sources/goHttp2/goProbeProgram.ts.",
+    `// Families: ${target.families.map((f) => f.name).join(", ")}; pids: ${[...target.pids].join(", ")}.`,
+    `BEGIN { printf("hello %llu %d\\n", nsecs, $1); }`,
+    `interval:s:1 { printf("tick %llu\\n", nsecs); }`,
+    ...probes,
+    "",
+  ].join("\n\n");
+}
