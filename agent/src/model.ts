@@ -1,5 +1,6 @@
 // Event types that cross stage boundaries. Every stage reads and writes only
 // these shapes, so a stage can be tested alone with fixtures of them.
+import type { ApiObject } from "./apiPath.ts";
 import type { ConnectionLossReason, LossCause, Noticed } from "./vocabulary/causes.ts";
 
 export type { ConnectionLossReason, LossCause, Noticed };
@@ -42,6 +43,18 @@ export interface SocketEvent {
   unansweredForMs: number | null;
   /** TCP retransmits on this connection shortly before it died. */
   retransmits: number | null;
+  /** The request itself, where a probe could read it (Go's HTTP/2 client); absent from the socket path. */
+  request?: KernelRequest;
+}
+
+/** A request as a uprobe read it from the client's memory. */
+export interface KernelRequest {
+  method: string;
+  path: string;
+  /** The response status when one arrived (a rejection); null when none did. */
+  statusCode: number | null;
+  /** The HTTP/2 stream id on its connection. */
+  streamId: number;
 }
 
 export interface ReconcileRef {
@@ -55,6 +68,10 @@ export interface RequestRef {
   method: string | null;
   path: string | null;
   status_code: number | null;
+  /** The HTTP/2 stream id, when the kernel read the request (Go clients); null otherwise. */
+  stream_id?: number | null;
+  /** The object the path names; null when it names none. */
+  object?: ApiObject | null;
 }
 
 export type Correlation = "span" | "ambiguous" | "none";

@@ -9,6 +9,10 @@ export const LOSS_CAUSES = [
   "connection_reset",
   "connection_closed_unanswered",
   "http_rejected",
+  // Seen per request, by the Go HTTP/2 probe: the server reset the request's stream…
+  "stream_reset",
+  // …or the client abandoned the request before any answer (its timeout or a cancel).
+  "client_gave_up",
 ] as const;
 export type LossCause = (typeof LOSS_CAUSES)[number];
 

@@ -1,0 +1,372 @@
+// Per-request verdicts for Go HTTP/2 clients, from the Go probe's lines
+// alone. Every request is followed from the moment it got its stream until
+// its fate is known:
+//
+//   response headers 2xx/3xx/4xx     answered: not lost (a 2xx also resolves
+//                                    an earlier rejection of the same write)
+//   response 409/422/429/5xx         a rejected write: held until the same
+//                                    write is answered 2xx (a retry, counted)
+//                                    or the retry wait ends (http_rejected)
+//   RST_STREAM from the server       stream_reset; REFUSED_STREAM is retried
+//                                    by Go itself: a retry, not a loss
+//   GOAWAY                           streams above its last stream id were
+//                                    never seen by the server and Go retries
+//                                    them: retries
+//   the connection's read loop ends  every stream without response headers
+//                                    is lost: connection_reset (socket in
+//                                    CLOSE) or connection_closed_unanswered
+//   the client aborts the stream     client_gave_up (its timeout or cancel)
+//
+// Only writes (not GET, HEAD, OPTIONS) to an apiserver become losses: a
+// watch or a read that dies is retried by every client and is counted by
+// the socket path as a connection loss.
+//
+// The lines of one program come from per-CPU buffers, so two goroutines'
+// lines can arrive out of order (a response's headers after the abort that
+// followed them). Lines are therefore applied in kernel-time order, each
+// once it is `holdNs` old. Socket-path losses of a process whose requests
+// this path follows wait in the same order and are dropped when this path
+// speaks for their connection: one lost request, one event.
+import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
+import { formatHostPort, splitHostPort } from "../../hostPort.ts";
+import type { LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
+import type { PrintfRecordOf } from "../probe/probeLines.ts";
+import { isWrite } from "../spans/spanAttributes.ts";
+import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
+
+export type GoRecord =
+  | PrintfRecordOf<"go_request">
+  | PrintfRecordOf<"go_path">
+  | PrintfRecordOf<"go_headers">
+  | PrintfRecordOf<"go_reset">
+  | PrintfRecordOf<"go_goaway">
+  | PrintfRecordOf<"go_conn_closed">
+  | PrintfRecordOf<"go_abort">;
+
+const GO_KINDS = new Set<string>(["go_request", "go_path", "go_headers", "go_reset", "go_goaway", "go_conn_closed", "go_abort"]);
+
+export function isGoRecord(record: { type: string }): record is GoRecord {
+  return GO_KINDS.has(record.type);
+}
+
+/** A request as the Go probe saw it written. */
+export interface GoRequest {
+  pid: number;
+  tid: number;
+  conn: bigint;
+  stream: bigint;
+  streamId: number;
+  method: string;
+  /** The URL path; "…" marks bytes left out of a path too long to print whole. */
+  path: string;
+  /** The connection's peer, "host:port"; null when it could not be read. */
+  peer: string | null;
+  writtenNs: bigint;
+}
+
+/** Why Go sent a write again by itself, or the HTTP status a retried write had: lostwrite_status_write_retried_total's code. */
+export type RetryCode = "goaway" | "refused_stream" | `${number}`;
+
+export interface GoRequestsOptions {
+  isApiserver: (host: string, port: number) => boolean;
+  /** A lost write, in the socket event shape (with its request) the correlator takes. */
+  onLoss: (event: SocketEvent) => void;
+  /** A write that failed and was sent again. */
+  onRetry: (request: GoRequest, code: RetryCode) => void;
+  /** A socket-path loss this path does not speak for, in order: on to the correlator. */
+  forward: (event: SocketEvent, identity: ProcessIdentity) => void;
+  /** Something did not fit: the stage and reason of lostwrite_events_dropped_total. */
+  onDrop: (reason: "capacity") => void;
+  /** How old a line must be before it is applied (default 50 ms). */
+  holdNs?: bigint;
+  /** How long a rejected write waits for its retry (default 10 s). */
+  retryWaitNs?: bigint;
+  /** Requests followed at once, and lines waiting to be applied (default 65536 each). */
+  capacity?: number;
+}
+
+type Queued = { ts: bigint } & (
+  | { kind: "go"; record: Exclude<GoRecord, PrintfRecordOf<"go_path">>; request?: GoRequest }
+  | { kind: "socket"; event: SocketEvent; identity: ProcessIdentity }
+);
+
+interface Assembling {
+  record: PrintfRecordOf<"go_request">;
+  parts: { offset: number; text: string }[];
+  expected: number;
+}
+
+interface Conn {
+  streams: Map<number, GoRequest>;
+}
+
+interface HeldRejection {
+  request: GoRequest;
+  statusCode: number;
+  atNs: bigint;
+}
+
+const REFUSED_STREAM = 7;
+/** The socket's TCP state when the read loop ended: CLOSE after a reset or a timeout (CLOSE_WAIT, 8, after the server's FIN). */
+const TCP_CLOSE = 7;
+
+export class GoRequests {
+  readonly #o: Required<GoRequestsOptions>;
+  readonly #queue: Queued[] = [];
+  readonly #assembling = new Map<string, Assembling>();
+  readonly #conns = new Map<string, Conn>();
+  /** pid|stream pointer → conn key and stream id. */
+  readonly #streams = new Map<string, { conn: string; streamId: number }>();
+  readonly #held: HeldRejection[] = [];
+  /** pid|peer → latest kernel time a request went out on it: the connections this path speaks for. */
+  readonly #covered = new Map<string, bigint>();
+  /** Pids whose Go program is attached: their socket-path losses wait for this path's verdict. */
+  readonly #attached = new Set<number>();
+  #followed = 0;
+
+  constructor(opts: GoRequestsOptions) {
+    this.#o = { holdNs: 50_000_000n, retryWaitNs: 10_000_000_000n, capacity: 65_536, ...opts };
+  }
+
+  /** The Go program of `pid` attached (true) or went away (false). */
+  setAttached(pid: number, attached: boolean): void {
+    if (attached) this.#attached.add(pid);
+    else this.#attached.delete(pid);
+  }
+
+  /** A line of a Go program. */
+  add(record: GoRecord): void {
+    if (record.type === "go_request") {
+      const expected = record.pathLen <= PATH_PART_BYTES ? 1 : Math.min(PATH_PARTS, Math.ceil(record.pathLen / PATH_PART_BYTES));
+      this.#assembling.set(`${record.pid}|${record.stream}`, { record, parts: [], expected });
+      this.#bound(this.#assembling);
+      return;
+    }
+    if (record.type === "go_path") {
+      // Printed by the same probe run, right after its go_request: never reordered.
+      const key = `${record.pid}|${record.stream}`;
+      const assembling = this.#assembling.get(key);
+      if (assembling === undefined) return;
+      assembling.parts.push({ offset: record.offset, text: record.part });
+      if (assembling.parts.length < assembling.expected) return;
+      this.#assembling.delete(key);
+      this.#enqueue({ ts: assembling.record.ts, kind: "go", record: assembling.record, request: requestOf(assembling) });
+      return;
+    }
+    this.#enqueue({ ts: record.ts, kind: "go", record });
+  }
+
+  /**
+   * A socket-path loss. True when this path takes it (its process's Go
+   * program is attached): it is then decided in order with the Go lines.
+   */
+  offerSocketEvent(event: SocketEvent, identity: ProcessIdentity): boolean {
+    if (!this.#attached.has(event.pid)) return false;
+    this.#enqueue({ ts: event.kernelTimeNs, kind: "socket", event, identity });
+    return true;
+  }
+
+  /** Applies every line at least holdNs old at kernel time `nowNs`, and ends the retry waits that are over. */
+  drain(nowNs: bigint): void {
+    const until = nowNs - this.#o.holdNs;
+    let applied = 0;
+    while (applied < this.#queue.length && this.#queue[applied]!.ts <= until) applied++;
+    for (const entry of this.#queue.splice(0, applied)) this.#apply(entry);
+    this.#expireRejections(nowNs);
+  }
+
+  /** Applies everything waiting and reports every held rejection (shutdown). */
+  flush(): void {
+    for (const entry of this.#queue.splice(0)) this.#apply(entry);
+    for (const held of this.#held.splice(0)) this.#lose(held.request, "http_rejected", held.atNs, held.statusCode);
+  }
+
+  /** Requests followed now (in flight) and lines waiting. */
+  get size(): { requests: number; queued: number } {
+    return { requests: this.#followed, queued: this.#queue.length };
+  }
+
+  #enqueue(queued: Queued): void {
+    if (this.#queue.length >= this.#o.capacity) {
+      // Apply the oldest now rather than lose it; its order may then be off.
+      this.#o.onDrop("capacity");
+      this.#apply(this.#queue.shift()!);
+    }
+    // Lines arrive nearly in order: insert from the end, after any of the same time.
+    let i = this.#queue.length;
+    while (i > 0 && this.#queue[i - 1]!.ts > queued.ts) i--;
+    this.#queue.splice(i, 0, queued);
+  }
+
+  #apply(entry: Queued): void {
+    if (entry.kind === "socket") {
+      if (!this.#speaksFor(entry.event)) this.#o.forward(entry.event, entry.identity);
+      return;
+    }
+    const record = entry.record;
+    switch (record.type) {
+      case "go_request":
+        if (entry.request !== undefined) this.#follow(entry.request);
+        return;
+      case "go_headers":
+        return this.#answered(record);
+      case "go_reset": {
+        const request = this.#take(connKey(record.pid, record.conn), record.streamId);
+        if (request === undefined) return;
+        if (record.code === REFUSED_STREAM) this.#o.onRetry(request, "refused_stream");
+        else this.#lose(request, "stream_reset", record.ts, null);
+        return;
+      }
+      case "go_goaway": {
+        const conn = this.#conns.get(connKey(record.pid, record.conn));
+        if (conn === undefined) return;
+        for (const [id, request] of [...conn.streams]) {
+          if (id <= record.lastStreamId) continue;
+          this.#take(connKey(record.pid, record.conn), id);
+          this.#o.onRetry(request, "goaway");
+        }
+        return;
+      }
+      case "go_conn_closed": {
+        const key = connKey(record.pid, record.conn);
+        const conn = this.#conns.get(key);
+        if (conn === undefined) return;
+        const cause: LossCause = record.state === TCP_CLOSE ? "connection_reset" : "connection_closed_unanswered";
+        for (const id of [...conn.streams.keys()]) {
+          const request = this.#take(key, id);
+          if (request !== undefined) this.#lose(request, cause, record.ts, null);
+        }
+        this.#conns.delete(key);
+        return;
+      }
+      case "go_abort": {
+        const where = this.#streams.get(`${record.pid}|${record.stream}`);
+        if (where === undefined) return;
+        const request = this.#take(where.conn, where.streamId);
+        if (request !== undefined) this.#lose(request, "client_gave_up", record.ts, null);
+        return;
+      }
+    }
+  }
+
+  #follow(request: GoRequest): void {
+    // Without a peer there is no telling an apiserver from any other server.
+    const peer = request.peer === null ? null : splitHostPort(request.peer);
+    if (peer === null || !this.#o.isApiserver(peer.host, peer.port)) return;
+    this.#covered.delete(`${request.pid}|${request.peer}`);
+    this.#covered.set(`${request.pid}|${request.peer}`, request.writtenNs);
+    this.#bound(this.#covered);
+    if (this.#followed >= this.#o.capacity) {
+      this.#o.onDrop("capacity");
+      return;
+    }
+    const key = connKey(request.pid, request.conn);
+    let conn = this.#conns.get(key);
+    if (conn === undefined) {
+      conn = { streams: new Map() };
+      this.#conns.set(key, conn);
+    }
+    const replaced = conn.streams.get(request.streamId);
+    if (replaced !== undefined) this.#take(key, request.streamId);
+    conn.streams.set(request.streamId, request);
+    this.#streams.set(`${request.pid}|${request.stream}`, { conn: key, streamId: request.streamId });
+    this.#followed++;
+  }
+
+  #take(conn: string, streamId: number): GoRequest | undefined {
+    const streams = this.#conns.get(conn)?.streams;
+    const request = streams?.get(streamId);
+    if (request === undefined) return undefined;
+    streams!.delete(streamId);
+    this.#streams.delete(`${request.pid}|${request.stream}`);
+    this.#followed--;
+    return request;
+  }
+
+  #answered(record: PrintfRecordOf<"go_headers">): void {
+    if (record.name !== ":status") return; // trailers, or a frame of a stream not followed
+    const code = Number(record.value);
+    if (!Number.isInteger(code) || (code >= 100 && code < 200)) return; // informational: the answer is still to come
+    const request = this.#take(connKey(record.pid, record.conn), record.streamId);
+    if (request === undefined) return;
+    if (code >= 200 && code < 300) {
+      for (let i = this.#held.length - 1; i >= 0; i--) {
+        const held = this.#held[i]!;
+        if (held.request.pid === request.pid && held.request.method === request.method && held.request.path === request.path) {
+          this.#held.splice(i, 1);
+          this.#o.onRetry(held.request, `${held.statusCode}`);
+        }
+      }
+      return;
+    }
+    if (isRejectedStatus(code) && isWrite(request.method)) {
+      this.#held.push({ request, statusCode: code, atNs: record.ts });
+      if (this.#held.length > this.#o.capacity) {
+        this.#o.onDrop("capacity");
+        const oldest = this.#held.shift()!;
+        this.#lose(oldest.request, "http_rejected", oldest.atNs, oldest.statusCode);
+      }
+    }
+  }
+
+  #expireRejections(nowNs: bigint): void {
+    while (this.#held.length > 0 && nowNs - this.#held[0]!.atNs >= this.#o.retryWaitNs) {
+      const held = this.#held.shift()!;
+      this.#lose(held.request, "http_rejected", held.atNs, held.statusCode);
+    }
+  }
+
+  #lose(request: GoRequest, cause: LossCause, atNs: bigint, statusCode: number | null): void {
+    if (!isWrite(request.method)) return;
+    this.#o.onLoss({
+      kernelTimeNs: atNs,
+      pid: request.pid,
+      tid: request.tid,
+      process: "",
+      syscall: null,
+      ret: null,
+      errno: null,
+      bytes: null,
+      apiserver: request.peer ?? "",
+      cause,
+      unansweredBytes: null,
+      unansweredForMs: cause === "http_rejected" ? null : Number((atNs - request.writtenNs) / 1_000_000n),
+      retransmits: null,
+      request: { method: request.method, path: request.path, statusCode, streamId: request.streamId },
+    });
+  }
+
+  /** A socket-path loss on a connection whose requests this path follows: its requests are reported here. */
+  #speaksFor(event: SocketEvent): boolean {
+    if (event.cause === "connect_failed") return false; // no request was written: only the socket path sees it
+    return this.#covered.has(`${event.pid}|${event.apiserver}`);
+  }
+
+  #bound(map: Map<string, unknown>): void {
+    if (map.size <= this.#o.capacity) return;
+    map.delete(map.keys().next().value!);
+    this.#o.onDrop("capacity");
+  }
+}
+
+function connKey(pid: number, conn: bigint): string {
+  return `${pid}|${conn}`;
+}
+
+function requestOf({ record, parts }: Assembling): GoRequest {
+  const sorted = parts.sort((a, b) => a.offset - b.offset);
+  let path = "";
+  for (const part of sorted) path += part.offset > path.length ? `…${part.text}` : part.text.slice(path.length - part.offset);
+  return {
+    pid: record.pid,
+    tid: record.tid,
+    conn: record.conn,
+    stream: record.stream,
+    streamId: record.streamId,
+    method: record.method,
+    path,
+    peer: record.port === 0 ? null : formatHostPort(record.addr, record.port),
+    writtenNs: record.ts,
+  };
+}
+

@@ -1,0 +1,204 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { ProcessIdentity, SocketEvent } from "../../../../src/model.ts";
+import { GoRequests, type GoRecord, type GoRequest, type RetryCode } from "../../../../src/sources/goHttp2/goRequests.ts";
+
+const MS = 1_000_000n;
+const PID = 4242;
+const CONN = 0xc000182000n;
+const STATUS_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status";
+const WATCH_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets";
+
+function harness(opts: { capacity?: number } = {}) {
+  const losses: SocketEvent[] = [];
+  const retries: { request: GoRequest; code: RetryCode }[] = [];
+  const forwarded: SocketEvent[] = [];
+  const drops: string[] = [];
+  const go = new GoRequests({
+    isApiserver: (host, port) => host === "10.96.0.1" && port === 443,
+    onLoss: (event) => losses.push(event),
+    onRetry: (request, code) => retries.push({ request, code }),
+    forward: (event) => forwarded.push(event),
+    onDrop: (reason) => drops.push(reason),
+    ...opts,
+  });
+  return { go, losses, retries, forwarded, drops };
+}
+
+/** A request line and its path pieces, as the probe prints them. */
+function request(ts: bigint, streamId: number, method: string, path: string, peer = { port: 443, addr: "10.96.0.1" }): GoRecord[] {
+  const stream = 0xc0000f0000n + BigInt(streamId);
+  const lines: GoRecord[] = [
+    { type: "go_request", ts, pid: PID, tid: PID + 1, conn: CONN, stream, streamId, pathLen: path.length, method, ...peer },
+  ];
+  const offsets = path.length <= 120 ? [0] : path.length <= 240 ? [0, 120] : [0, 120, path.length > 360 ? path.length - 120 : 240];
+  for (const offset of offsets) lines.push({ type: "go_path", pid: PID, stream, offset, part: path.slice(offset, offset + 120) });
+  return lines;
+}
+
+const headers = (ts: bigint, streamId: number, status: number): GoRecord => ({
+  type: "go_headers", ts, pid: PID, conn: CONN, streamId, name: ":status", value: String(status),
+});
+const closed = (ts: bigint, state: number): GoRecord => ({ type: "go_conn_closed", ts, pid: PID, conn: CONN, state, port: 443, addr: "10.96.0.1" });
+const abort = (ts: bigint, streamId: number): GoRecord => ({ type: "go_abort", ts, pid: PID, tid: PID, conn: CONN, stream: 0xc0000f0000n + BigInt(streamId) });
+
+const identity: ProcessIdentity = { pid: PID, tid: PID, process: "manager", namespace: "", pod: "", container: "", controller: "" };
+function socketLoss(ts: bigint, cause: SocketEvent["cause"], apiserver = "10.96.0.1:443"): SocketEvent {
+  return {
+    kernelTimeNs: ts, pid: PID, tid: PID, process: "manager", syscall: null, ret: null, errno: null, bytes: null, apiserver, cause,
+    unansweredBytes: 90, unansweredForMs: 1, retransmits: 0,
+  };
+}
+
+function feed(go: GoRequests, records: GoRecord[]): void {
+  for (const record of records) go.add(record);
+}
+
+describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
+  it("a status write answered 2xx is no loss", () => {
+    const { go, losses, retries } = harness();
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), headers(2n * MS, 3, 200), abort(3n * MS, 3)]);
+    go.drain(1000n * MS);
+    assert.deepEqual([losses, retries], [[], []]);
+  });
+
+  it("a reset connection loses the status write in flight, not the watch that streamed on it", () => {
+    const { go, losses } = harness();
+    feed(go, [
+      ...request(1n * MS, 1, "GET", `${WATCH_PATH}?watch=1`),
+      headers(2n * MS, 1, 200),
+      ...request(10n * MS, 3, "PATCH", STATUS_PATH),
+      closed(30n * MS, 7),
+      abort(31n * MS, 1),
+      abort(32n * MS, 3),
+    ]);
+    go.drain(1000n * MS);
+    assert.equal(losses.length, 1);
+    assert.deepEqual(
+      { cause: losses[0]!.cause, request: losses[0]!.request, apiserver: losses[0]!.apiserver, waited: losses[0]!.unansweredForMs, tid: losses[0]!.tid },
+      { cause: "connection_reset", request: { method: "PATCH", path: STATUS_PATH, statusCode: null, streamId: 3 }, apiserver: "10.96.0.1:443", waited: 20, tid: PID + 1 },
+    );
+  });
+
+  it("tells a server's FIN (CLOSE_WAIT) from a reset", () => {
+    const { go, losses } = harness();
+    feed(go, [...request(1n * MS, 3, "PUT", STATUS_PATH), closed(5n * MS, 8)]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses.map((l) => l.cause), ["connection_closed_unanswered"]);
+  });
+
+  it("applies lines in kernel time: an abort printed before the headers that preceded it is no loss", () => {
+    const { go, losses } = harness();
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), abort(3n * MS, 3), headers(2n * MS, 3, 200)]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses, []);
+  });
+
+  it("waits holdNs before applying a line, so a late line of another CPU still sorts in", () => {
+    const { go, losses } = harness();
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), abort(30n * MS, 3)]);
+    go.drain(40n * MS); // the abort is 10 ms old: not yet applied
+    go.add(headers(20n * MS, 3, 200));
+    go.drain(1000n * MS);
+    assert.deepEqual(losses, []);
+  });
+
+  it("an abort before any answer is the client giving up", () => {
+    const { go, losses } = harness();
+    feed(go, [...request(1n * MS, 5, "PATCH", STATUS_PATH), abort(2001n * MS, 5)]);
+    go.drain(3000n * MS);
+    assert.deepEqual(losses.map((l) => [l.cause, l.unansweredForMs]), [["client_gave_up", 2000]]);
+  });
+
+  it("RST_STREAM: REFUSED_STREAM is Go's own retry, any other code a stream_reset", () => {
+    const { go, losses, retries } = harness();
+    feed(go, [
+      ...request(1n * MS, 3, "PATCH", STATUS_PATH),
+      ...request(2n * MS, 5, "PATCH", STATUS_PATH),
+      { type: "go_reset", ts: 3n * MS, pid: PID, conn: CONN, streamId: 3, code: 7 },
+      { type: "go_reset", ts: 4n * MS, pid: PID, conn: CONN, streamId: 5, code: 2 },
+    ]);
+    go.drain(1000n * MS);
+    assert.deepEqual(retries.map((r) => [r.request.streamId, r.code]), [[3, "refused_stream"]]);
+    assert.deepEqual(losses.map((l) => [l.request?.streamId, l.cause]), [[5, "stream_reset"]]);
+  });
+
+  it("GOAWAY: streams above the last stream id are retried; the others can still be lost", () => {
+    const { go, losses, retries } = harness();
+    feed(go, [
+      ...request(1n * MS, 3, "PATCH", STATUS_PATH),
+      ...request(2n * MS, 5, "PATCH", STATUS_PATH),
+      { type: "go_goaway", ts: 3n * MS, pid: PID, conn: CONN, lastStreamId: 3, code: 0 },
+      closed(4n * MS, 8),
+    ]);
+    go.drain(1000n * MS);
+    assert.deepEqual(retries.map((r) => [r.request.streamId, r.code]), [[5, "goaway"]]);
+    assert.deepEqual(losses.map((l) => [l.request?.streamId, l.cause]), [[3, "connection_closed_unanswered"]]);
+  });
+
+  it("a rejection answered 2xx on a later try is a retry; one never retried is http_rejected after the wait", () => {
+    const { go, losses, retries } = harness();
+    const other = STATUS_PATH.replace("w1", "w2");
+    feed(go, [
+      ...request(1n * MS, 3, "PATCH", STATUS_PATH),
+      headers(2n * MS, 3, 429),
+      ...request(3n * MS, 5, "PATCH", other),
+      headers(4n * MS, 5, 409),
+      ...request(1003n * MS, 7, "PATCH", STATUS_PATH),
+      headers(1004n * MS, 7, 200),
+    ]);
+    go.drain(2000n * MS);
+    assert.deepEqual(retries.map((r) => [r.request.streamId, r.code]), [[3, "429"]]);
+    assert.deepEqual(losses, [], "still within the retry wait");
+    go.drain(11_000n * MS);
+    assert.deepEqual(losses.map((l): unknown[] => [l.request, l.cause]), [[{ method: "PATCH", path: other, statusCode: 409, streamId: 5 }, "http_rejected"]]);
+  });
+
+  it("follows writes to apiservers only, and reports no read", () => {
+    const { go, losses } = harness();
+    feed(go, [
+      ...request(1n * MS, 3, "PATCH", STATUS_PATH, { port: 8443, addr: "10.0.0.9" }),
+      ...request(2n * MS, 5, "PATCH", STATUS_PATH, { port: 0, addr: "0.0.0.0" }),
+      ...request(3n * MS, 7, "GET", WATCH_PATH),
+      closed(4n * MS, 7),
+    ]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses, []);
+    assert.equal(go.size.requests, 0);
+  });
+
+  it("puts a long path together, keeping its end when it is too long to print whole", () => {
+    const { go, losses } = harness();
+    const name = "n".repeat(200);
+    const medium = STATUS_PATH.replace("w1", name.slice(0, 150));
+    const long = STATUS_PATH.replace("w1", `${name}${name}`);
+    feed(go, [...request(1n * MS, 3, "PATCH", medium), ...request(2n * MS, 5, "PATCH", long), closed(3n * MS, 7)]);
+    go.drain(1000n * MS);
+    assert.equal(losses[0]!.request!.path, medium);
+    const path = losses[1]!.request!.path;
+    assert.ok(path.startsWith(long.slice(0, 240)) && path.endsWith(long.slice(-120)) && path.includes("…"), path);
+  });
+
+  it("drops the socket path's loss where it speaks for the connection, and only there", () => {
+    const { go, losses, forwarded } = harness();
+    assert.equal(go.offerSocketEvent(socketLoss(1n * MS, "connection_reset"), identity), false, "no Go program attached yet");
+    go.setAttached(PID, true);
+    feed(go, [...request(10n * MS, 3, "PATCH", STATUS_PATH), closed(30n * MS, 7)]);
+    // The socket path's view of the same death, and of things this path cannot see.
+    assert.equal(go.offerSocketEvent(socketLoss(29n * MS, "connection_reset"), identity), true);
+    assert.equal(go.offerSocketEvent(socketLoss(40n * MS, "write_failed"), identity), true);
+    assert.equal(go.offerSocketEvent(socketLoss(41n * MS, "connect_failed"), identity), true);
+    assert.equal(go.offerSocketEvent(socketLoss(42n * MS, "connection_reset", "10.96.0.2:443"), identity), true);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses.map((l) => l.cause), ["connection_reset"]);
+    assert.deepEqual(forwarded.map((e) => [e.cause, e.apiserver]), [["connect_failed", "10.96.0.1:443"], ["connection_reset", "10.96.0.2:443"]]);
+  });
+
+  it("is bounded: lines beyond capacity are applied early and counted", () => {
+    const { go, losses, drops } = harness({ capacity: 4 });
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), closed(2n * MS, 7), ...request(3n * MS, 5, "PATCH", STATUS_PATH), closed(4n * MS, 7), abort(5n * MS, 9)]);
+    assert.deepEqual(drops, ["capacity"]);
+    go.flush();
+    assert.equal(losses.length, 2);
+  });
+});
