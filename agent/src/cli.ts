@@ -30,6 +30,7 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
   { key: "rescan-interval", flag: "--rescan-interval <duration>", help: "how often targets are rescanned (default 1s)" },
   { key: "proc-root", flag: "--proc-root <path>", help: "the host's /proc (default /proc)" },
   { key: "unanswered-min-bytes", flag: "--unanswered-min-bytes <n>", help: "smallest unanswered send that is a request (default 64)" },
+  { key: "go-probes", flag: "--no-go-probes", help: "do not follow Go targets' HTTP/2 requests with uprobes (on by default)", boolean: true },
 ];
 
 function camel(key: string): string {
@@ -41,6 +42,8 @@ function addConfigFlags(command: Command): Command {
   for (const f of FLAGS) {
     const option = new Option(f.flag, `${f.help} [env ${envName(f.key)}]`);
     if (f.repeatable) option.argParser((value: string, previous: string[] | undefined) => [...(previous ?? []), value]);
+    // A --no-x flag alone would default x to true and hide the env and the file.
+    if (f.flag.startsWith("--no-")) option.default(undefined);
     command.addOption(option);
   }
   return command;

@@ -2,7 +2,7 @@
 // `lostwrite replay`: probe records and spans in, counted and correlated loss
 // events out.
 import type { Config } from "./config.ts";
-import type { LossEvent, ProcessIdentity } from "./model.ts";
+import type { LossEvent, ProcessIdentity, SocketEvent } from "./model.ts";
 import { Correlator } from "./correlate/correlator.ts";
 import type { IsApiserver } from "./correlate/spanVerdict.ts";
 import { formatHostPort } from "./hostPort.ts";
@@ -27,6 +27,8 @@ export interface LossStagesOptions {
   isApiserver?: IsApiserver;
   /** Wall-clock ms; replay drives it from the recording. */
   now?: () => number;
+  /** Offered every socket-path loss first; true when another path (Go's HTTP/2 probe) takes it and will hand it back if it does not speak for it. */
+  claimSocketEvent?: (event: SocketEvent, identity: ProcessIdentity) => boolean;
 }
 
 /**
@@ -97,13 +99,30 @@ export function buildLossStages(opts: LossStagesOptions) {
       const identity = identityOf(event.pid, event.tid, event.process);
       recordSocketEvent(metrics, event, identity);
       if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
-      if (deadConnections.isEcho(event)) return;
-      deadConnections.note(event);
-      correlator.addSocketEvent(event, identity);
+      if (opts.claimSocketEvent?.(event, identity)) return;
+      addSocketEvent(event, identity);
     }
   };
 
-  return { handleRecord, correlator, counters };
+  /** A socket-path loss, judged: on to the correlator unless it echoes a death already reported. */
+  const addSocketEvent = (event: SocketEvent, identity: ProcessIdentity): void => {
+    if (deadConnections.isEcho(event)) return;
+    deadConnections.note(event);
+    correlator.addSocketEvent(event, identity);
+  };
+
+  /** A loss a request-level probe saw: labelled with what is known of its process, then correlated. */
+  const addRequestLoss = (event: SocketEvent): void => {
+    const identity = identityOf(event.pid, event.tid, event.process || (opts.identity(event.pid)?.comm ?? "unknown"));
+    correlator.addSocketEvent({ ...event, process: identity.process }, identity);
+  };
+
+  /** A write a request-level probe saw retried: counted once, and its refused span is no loss. */
+  const addRequestRetry = (event: SocketEvent, code: string): void => {
+    correlator.addKernelRetry(event, identityOf(event.pid, event.tid, event.process || "unknown"), code);
+  };
+
+  return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, correlator, counters };
 }
 
 function configuredApiserver(config: Config): IsApiserver {

@@ -32,6 +32,8 @@ import { createEventLog, type Logger } from "./sinks/log.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
+import { GoProbes } from "./sources/goHttp2/goProbes.ts";
+import { GoRequests } from "./sources/goHttp2/goRequests.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
@@ -109,17 +111,29 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
   });
   const endpoints = new EndpointSync(config.apiserver.map(parseEndpoint), log);
+  const isApiserver = (host: string, port: number): boolean => endpoints.has(host, port);
 
   // --- judge and correlate (shared with replay) --------------------------------
+  // Go targets' requests are followed one by one; their socket-path losses
+  // pass through that path first, so one lost request is one event.
+  const goRequests = new GoRequests({
+    isApiserver,
+    onLoss: (event) => judged.addRequestLoss(event),
+    onRetry: (event, code) => judged.addRequestRetry(event, code),
+    forward: (event, identity) => judged.addSocketEvent(event, identity),
+    onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
+    retryWaitNs: BigInt(config["correlation-window"]) * 1_000_000n,
+  });
   const judged = buildLossStages({
     config,
     metrics,
     clock,
     identity: (pid) => targets.identity(pid),
-    isApiserver: (host, port) => endpoints.has(host, port),
+    isApiserver,
     emit: (event) => {
       for (const sink of sinks) sink.publish(event);
     },
+    claimSocketEvent: config["go-probes"] ? (event, identity) => goRequests.offerSocketEvent(event, identity) : undefined,
   });
   // bpftrace output is read as fast as it comes; the queues absorb bursts.
   const probeRecords = new BoundedQueue<ProbeRecord>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
@@ -144,6 +158,19 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     onInstance: () => judged.counters.reset(),
   });
 
+  const goProbes = config["go-probes"]
+    ? new GoProbes({
+        requests: goRequests,
+        bpftrace: config.bpftrace,
+        procRoot: config["proc-root"],
+        agentHostPid: self.hostPid,
+        metrics,
+        log,
+        // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
+        nowNs: () => process.hrtime.bigint(),
+      })
+    : null;
+
   // --- wiring: who tells whom ------------------------------------------------------
   const admission = new ExecAdmission({ targets, removeFromKernel: (pid) => probe.removeTarget(pid), procRoot: config["proc-root"], metrics, log });
   probe.onRecord((record) => {
@@ -153,6 +180,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   });
   new TargetSync({ targets, kernel: probe, admission, forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
   endpoints.onChange((key, present) => probe.setEndpoint(key, present));
+  if (goProbes) targets.onChange((changes) => goProbes.onTargets(changes));
   http.readyWhen(() =>
     !probe.ready
       ? { ok: false, reason: "probe not attached" }
@@ -173,6 +201,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     ...(kube ? [kubernetesStage(kube, targets, endpoints, log)] : []),
     stage("target scan", () => targets.scan()),
     probe,
+    ...(goProbes ? [goProbes] : []),
     stage("target rescan", () => targets.start(config["rescan-interval"]), () => targets.stop()),
   ];
   const close = await startStages(stages, log);

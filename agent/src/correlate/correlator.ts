@@ -21,8 +21,8 @@
 // All time decisions use the injected `now()`, and work happens only in
 // addSocketEvent / addSpans / tick, so a recorded session replays to the same
 // events in the same order.
-import type { LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
-import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
+import type { KernelRequest, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
+import { isStatusWrite, stripQuery } from "../sources/spans/spanAttributes.ts";
 import type { AgentMetrics } from "../sinks/metrics.ts";
 import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
 import { type ProcessQuery, sentBy, type SpanIndex, spanKey, spanOfProcess } from "../sources/spans/spanIndex.ts";
@@ -31,8 +31,10 @@ import {
   ancestryComplete,
   candidateOf,
   chooseCandidates,
+  chooseForRequest,
   isRejectedStatusWrite,
   type IsApiserver,
+  kernelRequestRef,
   noticedOf,
   reconcileSpanOf,
   requestRefOf,
@@ -120,7 +122,7 @@ export class Correlator {
   /** Senders of spans by resource identity → when their latest span arrived; oldest forgotten first. */
   readonly #senders = new Map<string, { process: IndexedSpan["process"]; lastMs: number }>();
   /** Kernel losses emitted without a span: a span of them arriving late is not a second loss. */
-  readonly #uncorrelated: { query: ProcessQuery; wallNs: bigint }[] = [];
+  readonly #uncorrelated: { query: ProcessQuery; wallNs: bigint; request: KernelRequest | null }[] = [];
   /** Status writes answered 2xx, by trace, parent and target → latest start: a retry that made it. */
   readonly #succeeded = new Map<string, bigint>();
 
@@ -179,6 +181,16 @@ export class Correlator {
     }
     this.#pending.push(entry);
     this.tick();
+  }
+
+  /**
+   * A write the kernel saw refused and then answered 2xx on a later try (Go's
+   * HTTP/2 probe), or that Go sent again by itself (GOAWAY, REFUSED_STREAM):
+   * a retry, counted once; the span of the refused try is not a loss either.
+   */
+  addKernelRetry(event: SocketEvent, identity: ProcessIdentity, code: string): void {
+    this.#o.metrics.statusWriteRetries.inc({ namespace: identity.namespace, pod: identity.pod, code });
+    this.#rememberUncorrelated({ query: this.#queryFor(event.pid, identity), wallNs: this.#o.clock.toWallNs(event.kernelTimeNs), event });
   }
 
   /** Adds spans to the index, notes rejected status writes, and resolves what became ready. */
@@ -284,7 +296,8 @@ export class Correlator {
   #candidatesOf(entry: PendingKernel): { candidates: IndexedSpan[]; allClaimed: boolean } {
     const open = this.#o.index.openAt(entry.query, entry.wallNs, this.#slackNs);
     const failure = { wallNs: entry.wallNs, tid: entry.event.tid, apiserver: entry.event.apiserver };
-    const chosen = chooseCandidates(open, failure, this.#o.isApiserver);
+    const request = entry.event.request;
+    const chosen = request ? chooseForRequest(open, failure, request, this.#o.isApiserver) : chooseCandidates(open, failure, this.#o.isApiserver);
     if (!chosen.some((s) => s.kind === "client")) return { candidates: chosen, allClaimed: false };
     // Requests an earlier event already reported are not lost twice; all of them: this event is its echo.
     const candidates = chosen.filter((s) => !this.#claimed.has(spanKey(s.traceId, s.spanId)));
@@ -338,11 +351,19 @@ export class Correlator {
     });
   }
 
-  /** A transport failure's span, late: the kernel loss it describes already went out without it. */
+  /**
+   * A failure's span, late: the kernel loss (or retry) it describes already
+   * went out without it. An answered span only matches a kernel verdict on
+   * the same request with the same status.
+   */
   #explainsUncorrelatedLoss(span: IndexedSpan): boolean {
-    if (span.request?.statusCode !== null) return false;
+    const code = span.request?.statusCode ?? null;
     const i = this.#uncorrelated.findIndex(
-      (u) => spanOfProcess(span, u.query) && span.startNs - this.#slackNs <= u.wallNs && u.wallNs <= span.endNs + this.#slackNs,
+      (u) =>
+        (code === null || (u.request?.statusCode === code && samePath(u.request, span))) &&
+        spanOfProcess(span, u.query) &&
+        span.startNs - this.#slackNs <= u.wallNs &&
+        u.wallNs <= span.endNs + this.#slackNs,
     );
     if (i < 0) return false;
     this.#uncorrelated.splice(i, 1);
@@ -351,9 +372,11 @@ export class Correlator {
 
   /** A pending kernel event of the span's process near the span's time may still claim it. */
   #kernelEventMayClaim(span: IndexedSpan): boolean {
-    if (span.request?.statusCode !== null) return false; // answered: no kernel event describes it
+    const code = span.request?.statusCode ?? null;
+    // An answered span is described only by a kernel event that read the same answer (Go's HTTP/2 probe).
     return this.#pending.some(
       (p) =>
+        (code === null || (p.event.request?.statusCode === code && samePath(p.event.request, span))) &&
         spanOfProcess(span, p.query) &&
         span.startNs - this.#slackNs <= p.wallNs &&
         p.wallNs <= span.endNs + this.#slackNs,
@@ -402,7 +425,7 @@ export class Correlator {
       trace_id: null,
       span_id: null,
       reconcile: null,
-      request: null,
+      request: event.request ? kernelRequestRef(event.request) : null,
       unanswered_bytes: event.unansweredBytes,
       unanswered_for_ms: event.unansweredForMs,
       retransmits: event.retransmits,
@@ -415,7 +438,11 @@ export class Correlator {
     // A connection that died with several status writes in flight lost each of them.
     const each = candidates.length === 1 || (isConnectionDeath(event) && candidates.every(isUnansweredStatusWrite)) ? candidates : null;
     if (each !== null) {
-      for (const span of each) this.#emit({ ...base, ...this.#verdictOf(span) }, { ...meta, matchedSpan: { traceId: span.traceId, spanId: span.spanId } });
+      for (const span of each) {
+        // The kernel's reading of the request, when it has one, is the more exact (stream id, object).
+        const verdict = { ...base, ...this.#verdictOf(span), ...(event.request ? { request: base.request } : {}) };
+        this.#emit(verdict, { ...meta, matchedSpan: { traceId: span.traceId, spanId: span.spanId } });
+      }
       return;
     }
     const listed = candidates.map((s) => candidateOf(s, this.#lookup));
@@ -423,7 +450,7 @@ export class Correlator {
       correlation: "ambiguous",
       trace_id: shared(listed.map((c) => c.trace_id)),
       reconcile: shared(listed.map((c) => c.reconcile)),
-      request: shared(listed.map((c) => c.request)),
+      request: event.request ? base.request : shared(listed.map((c) => c.request)),
       noticed: shared(candidates.map((s) => noticedOf(s, this.#lookup))) ?? "unknown",
       candidates: listed,
     };
@@ -443,8 +470,8 @@ export class Correlator {
     };
   }
 
-  #rememberUncorrelated(entry: PendingKernel): void {
-    this.#uncorrelated.push({ query: entry.query, wallNs: entry.wallNs });
+  #rememberUncorrelated(entry: Pick<PendingKernel, "query" | "wallNs" | "event">): void {
+    this.#uncorrelated.push({ query: entry.query, wallNs: entry.wallNs, request: entry.event.request ?? null });
     if (this.#uncorrelated.length > this.#o.pendingCapacity) {
       this.#uncorrelated.shift();
       this.#o.metrics.eventsDropped.inc({ stage: "correlate_dedup", reason: "capacity" });
@@ -509,6 +536,11 @@ export function formatWallNs(wallNs: bigint): string {
 function formatServer(address: string | null, port: number | null): string | null {
   if (address === null || port === null) return null;
   return formatHostPort(address, port);
+}
+
+function samePath(request: KernelRequest | null | undefined, span: IndexedSpan): boolean {
+  const path = span.request?.path ?? null;
+  return request != null && path !== null && stripQuery(path) === stripQuery(request.path);
 }
 
 function isConnectionDeath(event: SocketEvent): boolean {

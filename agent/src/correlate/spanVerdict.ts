@@ -2,9 +2,10 @@
 // verdict: which span the loss belongs to, its reconcile, whether the
 // operator noticed. Kept apart from the buffering in correlator.ts so each
 // rule can be read, and tested, on its own.
-import type { CandidateSpan, Noticed, RequestRef } from "../model.ts";
+import { parseApiPath } from "../apiPath.ts";
+import type { CandidateSpan, KernelRequest, Noticed, RequestRef } from "../model.ts";
 import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
-import { isStatusWrite, isWrite } from "../sources/spans/spanAttributes.ts";
+import { isStatusWrite, isWrite, stripQuery } from "../sources/spans/spanAttributes.ts";
 import { splitHostPort, unbracketHost } from "../hostPort.ts";
 
 /** Looks a span up by id; the span index's `get`. */
@@ -129,6 +130,47 @@ export function chooseCandidates(open: readonly IndexedSpan[], failure: KernelFa
   }
   const reconciles = open.filter((s) => s.reconcile !== null);
   return best(reconciles, (s) => [s.threadId === failure.tid ? 1 : 0]);
+}
+
+/**
+ * As chooseCandidates, for a failure whose request the kernel read (Go's
+ * HTTP/2 client): matched by identity, not by time alone. A client span must
+ * be the same request (method, path, and the same answer: none, or the
+ * status the kernel saw); a reconcile span must be of the object the path
+ * names, or name no object at all.
+ */
+export function chooseForRequest(open: readonly IndexedSpan[], failure: KernelFailure, request: KernelRequest, isApiserver?: IsApiserver): IndexedSpan[] {
+  const path = stripQuery(request.path);
+  const clients = open.filter(
+    (s) =>
+      s.kind === "client" &&
+      s.request !== null &&
+      s.request.method?.toUpperCase() === request.method.toUpperCase() &&
+      s.request.path !== null &&
+      stripQuery(s.request.path) === path &&
+      (s.request.statusCode === null || s.request.statusCode === request.statusCode) &&
+      sameServer(s, failure.apiserver, isApiserver),
+  );
+  if (clients.length > 0) return best(clients, (s) => [s.request?.statusCode === request.statusCode ? 1 : 0, s.threadId === failure.tid ? 1 : 0]);
+  const object = parseApiPath(path);
+  const reconciles = open.filter((s) => {
+    const r = s.reconcile;
+    if (r === null) return false;
+    if (object === null || r.name === null) return true;
+    return r.name === object.name && (r.namespace === null || r.namespace === object.namespace);
+  });
+  return best(reconciles, (s) => [s.reconcile?.name === object?.name ? 1 : 0, s.threadId === failure.tid ? 1 : 0]);
+}
+
+/** The event's request as the kernel read it, with the object its path names. */
+export function kernelRequestRef(request: KernelRequest): RequestRef {
+  return {
+    method: request.method,
+    path: request.path,
+    status_code: request.statusCode,
+    stream_id: request.streamId,
+    object: parseApiPath(request.path),
+  };
 }
 
 function best(spans: IndexedSpan[], score: (s: IndexedSpan) => number[]): IndexedSpan[] {

@@ -7,6 +7,7 @@ import { Counter, Gauge, Histogram, Registry, type LabelValues } from "prom-clie
 import type { DropReason, DropStage } from "../vocabulary/drops.ts";
 
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
+export type ProbeRestartReason = (typeof PROBE_RESTART_REASONS)[number];
 export const SPAN_REJECT_REASONS = [
   "malformed",
   "unsupported_media_type",
@@ -161,6 +162,23 @@ export class AgentMetrics {
     labelNames: ["reason"],
     registers: [this.registry],
   });
+  readonly goProbesAttached = new Gauge({
+    name: "lostwrite_go_probes_attached",
+    help: "Go HTTP/2 probe programs attached now, one per probed binary.",
+    registers: [this.registry],
+  });
+  readonly goProbeRestarts = new Counter({
+    name: "lostwrite_go_probe_restarts_total",
+    help: "Restarts of Go HTTP/2 probe programs by the supervisor, by reason.",
+    labelNames: ["reason"],
+    registers: [this.registry],
+  });
+  readonly goTargets = new Gauge({
+    name: "lostwrite_go_targets",
+    help: "Targets whose requests are followed one by one (coverage=requests): Go binaries with a probed HTTP/2 client.",
+    labelNames: ["coverage"],
+    registers: [this.registry],
+  });
   readonly probeControlFailures = new Counter({
     name: "lostwrite_probe_control_failures_total",
     help: "Target or endpoint changes the probe did not acknowledge after every retry.",
@@ -235,6 +253,9 @@ export class AgentMetrics {
     // Closed label sets start at zero so rate() and absent-series alerts work
     // from the first scrape.
     for (const reason of PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
+    for (const reason of PROBE_RESTART_REASONS) this.goProbeRestarts.inc({ reason }, 0);
+    this.goProbesAttached.set(0);
+    this.goTargets.set({ coverage: "requests" }, 0);
     for (const reason of SPAN_REJECT_REASONS) this.spansRejected.inc({ reason }, 0);
     for (const source of TARGET_SOURCES) this.targets.set({ source }, 0);
     this.probeUp.set(0);

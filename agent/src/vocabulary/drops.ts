@@ -17,6 +17,8 @@ export const DROP_STAGES = [
   "traces",
   "record",
   "otlp_forward",
+  "go_probes",
+  "go_requests",
 ] as const;
 export type DropStage = (typeof DROP_STAGES)[number];
 

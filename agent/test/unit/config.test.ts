@@ -29,6 +29,8 @@ describe("config", () => {
     assert.deepEqual(config.apiserver, ["10.0.0.1:443", "[fd00::1]:6443"]);
     assert.deepEqual(config["target-pid"], [12, 13]);
     assert.equal(config["rescan-interval"], 1000);
+    assert.equal(config["go-probes"], true, "Go request probes are on unless turned off");
+    assert.equal(loadConfig([{ name: "environment", values: configFromEnv({ LOSTWRITE_GO_PROBES: "false" }).values }])["go-probes"], false);
   });
 
   it("rejects unknown keys, naming the source, the key and the value", () => {

@@ -71,8 +71,8 @@ export interface GoRequestsOptions {
   isApiserver: (host: string, port: number) => boolean;
   /** A lost write, in the socket event shape (with its request) the correlator takes. */
   onLoss: (event: SocketEvent) => void;
-  /** A write that failed and was sent again. */
-  onRetry: (request: GoRequest, code: RetryCode) => void;
+  /** A write that failed and was sent again: the failed try, in the socket event shape. */
+  onRetry: (event: SocketEvent, code: RetryCode) => void;
   /** A socket-path loss this path does not speak for, in order: on to the correlator. */
   forward: (event: SocketEvent, identity: ProcessIdentity) => void;
   /** Something did not fit: the stage and reason of lostwrite_events_dropped_total. */
@@ -213,7 +213,7 @@ export class GoRequests {
       case "go_reset": {
         const request = this.#take(connKey(record.pid, record.conn), record.streamId);
         if (request === undefined) return;
-        if (record.code === REFUSED_STREAM) this.#o.onRetry(request, "refused_stream");
+        if (record.code === REFUSED_STREAM) this.#o.onRetry(eventOf(request, "stream_reset", record.ts, null), "refused_stream");
         else this.#lose(request, "stream_reset", record.ts, null);
         return;
       }
@@ -223,7 +223,7 @@ export class GoRequests {
         for (const [id, request] of [...conn.streams]) {
           if (id <= record.lastStreamId) continue;
           this.#take(connKey(record.pid, record.conn), id);
-          this.#o.onRetry(request, "goaway");
+          this.#o.onRetry(eventOf(request, "connection_closed_unanswered", record.ts, null), "goaway");
         }
         return;
       }
@@ -294,7 +294,7 @@ export class GoRequests {
         const held = this.#held[i]!;
         if (held.request.pid === request.pid && held.request.method === request.method && held.request.path === request.path) {
           this.#held.splice(i, 1);
-          this.#o.onRetry(held.request, `${held.statusCode}`);
+          this.#o.onRetry(eventOf(held.request, "http_rejected", held.atNs, held.statusCode), `${held.statusCode}`);
         }
       }
       return;
@@ -317,23 +317,7 @@ export class GoRequests {
   }
 
   #lose(request: GoRequest, cause: LossCause, atNs: bigint, statusCode: number | null): void {
-    if (!isWrite(request.method)) return;
-    this.#o.onLoss({
-      kernelTimeNs: atNs,
-      pid: request.pid,
-      tid: request.tid,
-      process: "",
-      syscall: null,
-      ret: null,
-      errno: null,
-      bytes: null,
-      apiserver: request.peer ?? "",
-      cause,
-      unansweredBytes: null,
-      unansweredForMs: cause === "http_rejected" ? null : Number((atNs - request.writtenNs) / 1_000_000n),
-      retransmits: null,
-      request: { method: request.method, path: request.path, statusCode, streamId: request.streamId },
-    });
+    if (isWrite(request.method)) this.#o.onLoss(eventOf(request, cause, atNs, statusCode));
   }
 
   /** A socket-path loss on a connection whose requests this path follows: its requests are reported here. */
@@ -347,6 +331,26 @@ export class GoRequests {
     map.delete(map.keys().next().value!);
     this.#o.onDrop("capacity");
   }
+}
+
+/** A request's failure in the shape the correlator takes: no syscall, the request instead. */
+function eventOf(request: GoRequest, cause: LossCause, atNs: bigint, statusCode: number | null): SocketEvent {
+  return {
+    kernelTimeNs: atNs,
+    pid: request.pid,
+    tid: request.tid,
+    process: "",
+    syscall: null,
+    ret: null,
+    errno: null,
+    bytes: null,
+    apiserver: request.peer ?? "",
+    cause,
+    unansweredBytes: null,
+    unansweredForMs: cause === "http_rejected" ? null : Number((atNs - request.writtenNs) / 1_000_000n),
+    retransmits: null,
+    request: { method: request.method, path: request.path, statusCode, streamId: request.streamId },
+  };
 }
 
 function connKey(pid: number, conn: bigint): string {

@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execa, type ResultPromise } from "execa";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics, ProbeRestartReason } from "../../sinks/metrics.ts";
 import { ControlChannel, ControlOp, encodeControl, endpointMessage } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
@@ -26,8 +26,23 @@ export interface Log {
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 
+/** A program other than the socket probe: no control channel, its own text and health metrics. */
+export interface OtherProgram {
+  /** The program text, rendered afresh at every (re)start. */
+  render: () => string;
+  /** Extra bpftrace flags, e.g. ["--unsafe"]. */
+  flags: readonly string[];
+  /** Extra environment, e.g. BPFTRACE_STRLEN. */
+  env: Readonly<Record<string, string>>;
+  /** Attached and beating (true) or not. */
+  up: (attached: boolean) => void;
+  restarted: (reason: ProbeRestartReason) => void;
+}
+
 export interface SupervisorOptions {
   variant: ProbeVariant;
+  /** Run this program instead of the socket probe of `variant`. */
+  program?: OtherProgram;
   bpftrace: string;
   metrics: AgentMetrics;
   log: Log;
@@ -49,7 +64,11 @@ export interface SupervisorOptions {
   maxBackoffMs?: number;
 }
 
-const KNOWN_HARMLESS = /RLIMIT_MEMLOCK/;
+// RLIMIT_MEMLOCK: not raisable without CAP_SYS_RESOURCE, and not needed on
+// kernels that account BPF memory to the cgroup (5.11+). The instruction
+// boundary warning: bpftrace cannot check a raw offset in a stripped binary;
+// the Go probes attach only at function entries, taken from the pclntab.
+const KNOWN_HARMLESS = /RLIMIT_MEMLOCK|Could not determine instruction boundary/;
 
 export interface RestartDelayInput {
   /** The instance that exited had attached and run at least healthyRunMs. */
@@ -71,8 +90,8 @@ export function restartDelayMs({ healthy, restarts, maxBackoffMs }: RestartDelay
 }
 
 export class BpftraceSupervisor {
-  readonly name = "probe";
-  private readonly opts: Required<Omit<SupervisorOptions, "onLine">> & Pick<SupervisorOptions, "onLine">;
+  name = "probe";
+  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program">> & Pick<SupervisorOptions, "onLine" | "program">;
   private readonly control = new ControlChannel();
   private child: ResultPromise | undefined;
   private stopping = false;
@@ -114,7 +133,7 @@ export class BpftraceSupervisor {
   }
 
   async start(): Promise<void> {
-    await this.control.open();
+    if (!this.opts.program) await this.control.open();
     this.spawn();
     await this.whenReady(this.opts.readyTimeoutMs);
     this.watchdog = setInterval(() => this.checkHeartbeat(), 1000);
@@ -222,15 +241,18 @@ export class BpftraceSupervisor {
 
   private spawn(): void {
     this.spawned = true;
-    const program = renderProgram(this.opts.variant, this.opts.state());
+    const other = this.opts.program;
+    const program = other ? other.render() : renderProgram(this.opts.variant, this.opts.state());
     const file = path.join(this.workDir, "program.bt");
     writeFileSync(file, program);
-    const args = ["--pdeathsig", "KILL", this.opts.bpftrace, "-f", "json", file, String(this.opts.agentHostPid), String(this.control.port)];
+    const args = other
+      ? ["--pdeathsig", "KILL", this.opts.bpftrace, "-f", "json", ...other.flags, file, String(this.opts.agentHostPid)]
+      : ["--pdeathsig", "KILL", this.opts.bpftrace, "-f", "json", file, String(this.opts.agentHostPid), String(this.control.port)];
     const child = execa("setpriv", args, {
       buffer: false,
       reject: false,
       stdin: "ignore",
-      env: bpftraceEnv(),
+      env: { ...bpftraceEnv(), ...other?.env },
     });
     this.child = child;
     this.lastBeat = Date.now();
@@ -274,7 +296,7 @@ export class BpftraceSupervisor {
       this.lastBeat = Date.now();
       this.attachedAt = Date.now();
       this.ready = true;
-      this.opts.metrics.probeUp.set(1);
+      this.setUp(true);
       for (const waiter of this.readyWaiters.splice(0)) waiter();
       this.flush();
     } else if (record.type === "tick") {
@@ -289,11 +311,21 @@ export class BpftraceSupervisor {
     if (this.recordListener(record)) this.opts.onLine?.(line);
   }
 
+  private setUp(attached: boolean): void {
+    if (this.opts.program) this.opts.program.up(attached);
+    else this.opts.metrics.probeUp.set(attached ? 1 : 0);
+  }
+
+  private restarted(reason: ProbeRestartReason): void {
+    if (this.opts.program) this.opts.program.restarted(reason);
+    else this.opts.metrics.probeRestarts.inc({ reason });
+  }
+
   private checkHeartbeat(): void {
     if (!this.ready || this.stopping) return;
     if (Date.now() - this.lastBeat > this.opts.heartbeatTimeoutMs) {
       this.opts.log.warn("bpftrace stopped beating; restarting", { silentMs: Date.now() - this.lastBeat });
-      this.opts.metrics.probeRestarts.inc({ reason: "heartbeat_missed" });
+      this.restarted("heartbeat_missed");
       if (this.child) {
         this.killedForSilence.add(this.child);
         this.child.kill("SIGKILL");
@@ -305,12 +337,12 @@ export class BpftraceSupervisor {
     this.exited.add(child);
     if (child !== this.child) return;
     this.ready = false;
-    this.opts.metrics.probeUp.set(0);
+    this.setUp(false);
     for (const resolve of this.acks.values()) resolve(false);
     this.acks.clear();
     if (this.stopping) return;
     // A bpftrace the watchdog killed was counted as heartbeat_missed already.
-    if (!this.killedForSilence.has(child)) this.opts.metrics.probeRestarts.inc({ reason: "exited" });
+    if (!this.killedForSilence.has(child)) this.restarted("exited");
     // An instance that attached and ran was healthy: something killed it (an
     // OOM kill, an operator's pkill), so it comes back at once; every second
     // blind is a second of lost writes nobody counts. Only instances that die
@@ -324,7 +356,7 @@ export class BpftraceSupervisor {
       try {
         this.spawn();
       } catch (err) {
-        this.opts.metrics.probeRestarts.inc({ reason: "spawn_failed" });
+        this.restarted("spawn_failed");
         this.opts.log.warn("bpftrace could not be started", { error: String(err) });
       }
     }, delay);

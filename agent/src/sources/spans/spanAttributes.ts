@@ -99,7 +99,7 @@ export function pathOf(urlOrTarget: string): string | null {
   }
 }
 
-function stripQuery(path: string): string {
+export function stripQuery(path: string): string {
   const cut = path.search(/[?#]/);
   return cut === -1 ? path : path.slice(0, cut);
 }

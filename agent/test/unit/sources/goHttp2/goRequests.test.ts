@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ProcessIdentity, SocketEvent } from "../../../../src/model.ts";
-import { GoRequests, type GoRecord, type GoRequest, type RetryCode } from "../../../../src/sources/goHttp2/goRequests.ts";
+import { GoRequests, type GoRecord, type RetryCode } from "../../../../src/sources/goHttp2/goRequests.ts";
 
 const MS = 1_000_000n;
 const PID = 4242;
@@ -11,13 +11,13 @@ const WATCH_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets";
 
 function harness(opts: { capacity?: number } = {}) {
   const losses: SocketEvent[] = [];
-  const retries: { request: GoRequest; code: RetryCode }[] = [];
+  const retries: { event: SocketEvent; code: RetryCode }[] = [];
   const forwarded: SocketEvent[] = [];
   const drops: string[] = [];
   const go = new GoRequests({
     isApiserver: (host, port) => host === "10.96.0.1" && port === 443,
     onLoss: (event) => losses.push(event),
-    onRetry: (request, code) => retries.push({ request, code }),
+    onRetry: (event, code) => retries.push({ event, code }),
     forward: (event) => forwarded.push(event),
     onDrop: (reason) => drops.push(reason),
     ...opts,
@@ -119,7 +119,7 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
       { type: "go_reset", ts: 4n * MS, pid: PID, conn: CONN, streamId: 5, code: 2 },
     ]);
     go.drain(1000n * MS);
-    assert.deepEqual(retries.map((r) => [r.request.streamId, r.code]), [[3, "refused_stream"]]);
+    assert.deepEqual(retries.map((r) => [r.event.request?.streamId, r.code]), [[3, "refused_stream"]]);
     assert.deepEqual(losses.map((l) => [l.request?.streamId, l.cause]), [[5, "stream_reset"]]);
   });
 
@@ -132,7 +132,7 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
       closed(4n * MS, 8),
     ]);
     go.drain(1000n * MS);
-    assert.deepEqual(retries.map((r) => [r.request.streamId, r.code]), [[5, "goaway"]]);
+    assert.deepEqual(retries.map((r) => [r.event.request?.streamId, r.code]), [[5, "goaway"]]);
     assert.deepEqual(losses.map((l) => [l.request?.streamId, l.cause]), [[3, "connection_closed_unanswered"]]);
   });
 
@@ -148,10 +148,10 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
       headers(1004n * MS, 7, 200),
     ]);
     go.drain(2000n * MS);
-    assert.deepEqual(retries.map((r) => [r.request.streamId, r.code]), [[3, "429"]]);
-    assert.deepEqual(losses, [], "still within the retry wait");
+    assert.deepEqual(retries.map((r) => [r.event.request?.streamId, r.code]), [[3, "429"]]);
+    assert.equal(losses.length, 0, "still within the retry wait");
     go.drain(11_000n * MS);
-    assert.deepEqual(losses.map((l): unknown[] => [l.request, l.cause]), [[{ method: "PATCH", path: other, statusCode: 409, streamId: 5 }, "http_rejected"]]);
+    assert.deepEqual(losses.map((l) => [l.request, l.cause]), [[{ method: "PATCH", path: other, statusCode: 409, streamId: 5 }, "http_rejected"]]);
   });
 
   it("follows writes to apiservers only, and reports no read", () => {
