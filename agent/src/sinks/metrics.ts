@@ -16,6 +16,8 @@ export const SPAN_REJECT_REASONS = [
   "method_not_allowed",
 ] as const;
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
+/** lostwrite_go_targets: how a target is covered beyond the socket path. */
+export const GO_COVERAGES = ["requests"] as const;
 
 /** Keeps a label value inside its closed set. */
 export function closed<T extends readonly string[]>(set: T, value: string): T[number] | "other" {
@@ -255,7 +257,7 @@ export class AgentMetrics {
     for (const reason of PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
     for (const reason of PROBE_RESTART_REASONS) this.goProbeRestarts.inc({ reason }, 0);
     this.goProbesAttached.set(0);
-    this.goTargets.set({ coverage: "requests" }, 0);
+    for (const coverage of GO_COVERAGES) this.goTargets.set({ coverage }, 0);
     for (const reason of SPAN_REJECT_REASONS) this.spansRejected.inc({ reason }, 0);
     for (const source of TARGET_SOURCES) this.targets.set({ source }, 0);
     this.probeUp.set(0);
