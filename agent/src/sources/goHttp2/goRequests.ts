@@ -17,9 +17,10 @@
 //                                    CLOSE) or connection_closed_unanswered
 //   the client aborts the stream     client_gave_up (its timeout or cancel)
 //
-// Only writes (not GET, HEAD, OPTIONS) to an apiserver become losses: a
-// watch or a read that dies is retried by every client and is counted by
-// the socket path as a connection loss.
+// Only status writes (PUT or PATCH of …/status) to an apiserver become loss
+// events. Any other request that dies with its connection — a watch, a read,
+// a write of the object itself — is counted by the socket path as a
+// connection loss, and never raises the silent-loss alert.
 //
 // The lines of one program come from per-CPU buffers, so two goroutines'
 // lines can arrive out of order (a response's headers after the abort that
@@ -31,7 +32,7 @@ import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
 import type { LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
 import type { PrintfRecordOf } from "../probe/probeLines.ts";
-import { isWrite } from "../spans/spanAttributes.ts";
+import { isStatusWrite } from "../spans/spanAttributes.ts";
 import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
 
 export type GoRecord =
@@ -299,7 +300,7 @@ export class GoRequests {
       }
       return;
     }
-    if (isRejectedStatus(code) && isWrite(request.method)) {
+    if (isRejectedStatus(code) && isStatusWrite(request.method, request.path)) {
       this.#held.push({ request, statusCode: code, atNs: record.ts });
       if (this.#held.length > this.#o.capacity) {
         this.#o.onDrop("capacity");
@@ -317,7 +318,7 @@ export class GoRequests {
   }
 
   #lose(request: GoRequest, cause: LossCause, atNs: bigint, statusCode: number | null): void {
-    if (isWrite(request.method)) this.#o.onLoss(eventOf(request, cause, atNs, statusCode));
+    if (isStatusWrite(request.method, request.path)) this.#o.onLoss(eventOf(request, cause, atNs, statusCode));
   }
 
   /** A socket-path loss on a connection whose requests this path follows: its requests are reported here. */
