@@ -2,7 +2,7 @@
 // requests (node's compatibility API gives both the same shape). It asks the
 // fault rules first, then serves the Kubernetes API, streaming watches.
 import type http from "node:http";
-import type http2 from "node:http2";
+import http2 from "node:http2";
 import { connectionOf, type Connection } from "./connections.ts";
 import type { FaultControl, FaultRecord } from "./faults.ts";
 import { resourceKey } from "./resources.ts";
@@ -211,6 +211,21 @@ async function inject(deps: HandlerDeps, ctx: RequestContext, rule: Rule & { id:
       const details = rule.retryAfterSeconds === undefined ? undefined : { retryAfterSeconds: rule.retryAfterSeconds };
       sendJson(ctx.res, rule.code, statusBody(rule.code, message, undefined, details),
         rule.retryAfterSeconds === undefined ? {} : { "retry-after": String(rule.retryAfterSeconds) });
+      return;
+    }
+    case "goaway": {
+      const { bytes } = await readBody(ctx.req);
+      if (!("stream" in ctx.req) || ctx.streamId === null) {
+        record(deps, ctx, rule, "HTTP/1.1 has no GOAWAY: connection closed without an answer", bytes);
+        ctx.conn?.closeUnanswered();
+        return;
+      }
+      const { stream } = ctx.req;
+      const lastStreamId = Math.max(0, ctx.streamId - 2);
+      record(deps, ctx, rule, `GOAWAY with last stream id ${lastStreamId}: this stream was never processed`, bytes);
+      stream.session?.goaway(http2.constants.NGHTTP2_NO_ERROR, lastStreamId);
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      stream.session?.close();
       return;
     }
     case "delay": {

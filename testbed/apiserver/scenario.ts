@@ -60,6 +60,12 @@ export const ruleSchema = z.discriminatedUnion("action", [
   }),
   /** Hold the answer for `for`, then answer normally. */
   z.strictObject({ ...matchFields, action: z.literal("delay"), for: duration }),
+  /**
+   * HTTP/2: send GOAWAY whose last stream id is below this request's, then
+   * refuse the stream: the server never processed it, and the client sends it
+   * again on a new connection. HTTP/1.1 has no GOAWAY: the connection is closed.
+   */
+  z.strictObject({ ...matchFields, action: z.literal("goaway") }),
   /** Stop reading from the connection for `for` (omitted: until the client gives up), then carry on normally. */
   z.strictObject({ ...matchFields, action: z.literal("stall"), for: duration.optional() }),
 ]);

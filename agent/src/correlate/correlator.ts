@@ -90,6 +90,12 @@ export interface CorrelatorOptions {
   senderGraceMs?: number;
   /** Whether an address is an apiserver endpoint (configured or discovered); spans naming the Service match its backends. */
   isApiserver?: IsApiserver;
+  /**
+   * How long after a failing span ends a kernel event describing it may still
+   * arrive (default 250 ms): the Go probe orders its lines before it judges,
+   * so its verdict can come after the operator exported the span.
+   */
+  kernelLagMs?: number;
   /** Wall-clock ms; injected by replay and tests. */
   now?: () => number;
 }
@@ -137,11 +143,12 @@ export class Correlator {
       senderMemoryMs: 86_400_000,
       senderGraceMs: 60_000,
       isApiserver: () => false,
+      kernelLagMs: 250,
       targetSinceMs: () => null,
       now: Date.now,
       ...opts,
     };
-    for (const key of ["windowMs", "slackMs", "pendingCapacity", "pendingSpanLossCapacity", "claimedCapacity", "senderCapacity", "senderMemoryMs", "senderGraceMs"] as const) {
+    for (const key of ["windowMs", "slackMs", "pendingCapacity", "pendingSpanLossCapacity", "claimedCapacity", "senderCapacity", "senderMemoryMs", "senderGraceMs", "kernelLagMs"] as const) {
       const v = this.#o[key];
       if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`correlator ${key}: expected a number >= 0, got ${v}`);
     }
@@ -241,7 +248,8 @@ export class Correlator {
         continue;
       }
       const expired = now >= entry.deadlineMs;
-      if (!expired && (!ancestryComplete(entry.span, this.#lookup) || this.#kernelEventMayClaim(entry.span))) continue;
+      const kernelMayFollow = now < Number(entry.span.endNs / 1_000_000n) + this.#o.kernelLagMs;
+      if (!expired && (kernelMayFollow || !ancestryComplete(entry.span, this.#lookup) || this.#kernelEventMayClaim(entry.span))) continue;
       this.#pendingSpanLosses.delete(key);
       if (this.#retriedAndAnswered(entry.span)) {
         this.#claim(entry.span);

@@ -36,6 +36,8 @@ interface Binary {
   program: BpftraceSupervisor | null;
   /** The pid set the running program was rendered with. */
   renderedFor: string;
+  /** The running program attached once and is counted in lostwrite_go_probes_attached. */
+  counted: boolean;
 }
 
 export class GoProbes {
@@ -116,7 +118,7 @@ export class GoProbes {
 
   async #inspect(key: string, pid: number): Promise<Binary> {
     const report = await inspectGoBinary(this.#exe(pid));
-    const binary: Binary = { inspected: report.ok ? report : report.reason, pids: new Set(), program: null, renderedFor: "" };
+    const binary: Binary = { inspected: report.ok ? report : report.reason, pids: new Set(), program: null, renderedFor: "", counted: false };
     if (report.ok) {
       this.#o.log.info("Go HTTP/2 client found: requests are followed", {
         pid, go: report.goVersion, families: report.families.map((f) => f.name),
@@ -146,9 +148,11 @@ export class GoProbes {
     const renderedFor = pids.join(",");
     if (renderedFor === binary.renderedFor) return;
     if (binary.program !== null) {
-      await binary.program.stop();
-      this.#o.metrics.goProbesAttached.dec();
+      const old = binary.program;
       binary.program = null;
+      if (binary.counted) this.#o.metrics.goProbesAttached.dec();
+      binary.counted = false;
+      await old.stop();
     }
     binary.renderedFor = renderedFor;
     if (pids.length === 0 || this.#stopped) return;
@@ -166,6 +170,7 @@ export class GoProbes {
       agentHostPid: this.#o.agentHostPid,
       state: () => ({ targets: [], endpoints: [], execWatch: false }),
       onInstance: () => {},
+      readyTimeoutMs: 30_000,
       program: {
         // Through a live pid's /proc entry: the path works in a pod, and for a binary deleted since.
         render: () => renderGoProgram({ binary: this.#exe(pids.find((pid) => binary.pids.has(pid)) ?? pids[0]!), families: inspected.families, pids }),
@@ -183,14 +188,19 @@ export class GoProbes {
       return true;
     });
     binary.program = program;
-    try {
-      await program.start();
-      this.#o.metrics.goProbesAttached.inc();
-    } catch (error) {
-      binary.program = null;
-      await program.stop();
-      this.#o.log.warn("Go probe did not attach; these targets stay on the socket path", { pids, error: String(error) });
-    }
+    // Not awaited: a program that cannot attach (its bpftrace crash-loops,
+    // its pid is gone) must not hold up the changes behind it.
+    program.start().then(
+      () => {
+        if (binary.program !== program) return;
+        binary.counted = true;
+        this.#o.metrics.goProbesAttached.inc();
+      },
+      (error: unknown) => {
+        if (binary.program !== program) return;
+        this.#o.log.warn("Go probe did not attach; these targets stay on the socket path", { pids, error: String(error) });
+      },
+    );
   }
 
   #exe(pid: number): string {

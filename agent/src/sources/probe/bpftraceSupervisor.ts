@@ -105,7 +105,7 @@ export class BpftraceSupervisor {
   private readonly killedForSilence = new WeakSet<ResultPromise>();
   private attachedAt = 0;
   private readonly acks = new Map<number, (acknowledged: boolean) => void>();
-  private readyWaiters: (() => void)[] = [];
+  private readyWaiters: { attached: () => void; stopped: () => void }[] = [];
   /** Messages waiting for an attached probe, oldest first (bounded: see sendConfirmed()). */
   private pending: { lengths: number[]; done: () => void }[] = [];
   private flushing: Promise<void> | null = null;
@@ -136,16 +136,22 @@ export class BpftraceSupervisor {
     if (!this.opts.program) await this.control.open();
     this.spawn();
     await this.whenReady(this.opts.readyTimeoutMs);
-    this.watchdog = setInterval(() => this.checkHeartbeat(), 1000);
+    if (!this.stopping) this.watchdog = setInterval(() => this.checkHeartbeat(), 1000);
   }
 
   whenReady(timeoutMs: number): Promise<void> {
     if (this.ready) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`bpftrace not attached after ${timeoutMs} ms`)), timeoutMs);
-      this.readyWaiters.push(() => {
-        clearTimeout(timer);
-        resolve();
+      this.readyWaiters.push({
+        attached: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        stopped: () => {
+          clearTimeout(timer);
+          reject(new Error("stopped before bpftrace attached"));
+        },
       });
     });
   }
@@ -297,7 +303,7 @@ export class BpftraceSupervisor {
       this.attachedAt = Date.now();
       this.ready = true;
       this.setUp(true);
-      for (const waiter of this.readyWaiters.splice(0)) waiter();
+      for (const waiter of this.readyWaiters.splice(0)) waiter.attached();
       this.flush();
     } else if (record.type === "tick") {
       this.lastBeat = Date.now();
@@ -364,6 +370,7 @@ export class BpftraceSupervisor {
 
   async stop(): Promise<void> {
     this.stopping = true;
+    for (const waiter of this.readyWaiters.splice(0)) waiter.stopped();
     clearInterval(this.watchdog);
     clearTimeout(this.restartTimer);
     const child = this.child;

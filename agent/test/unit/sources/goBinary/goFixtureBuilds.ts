@@ -2,15 +2,15 @@
 // toolchain, offline, for the binary inspection tests. The toolchain's own
 // build cache is kept, so a second run rebuilds nothing; the binaries go to a
 // fresh temp directory per test file.
-import { execFile, spawnSync } from "node:child_process";
-import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { buildGo, DEBIAN_GOCODE, run } from "../../../../../testbed/goBuild.ts";
 import { repoPath } from "../../../repoPath.ts";
 
+export { goUnavailable, run } from "../../../../../testbed/goBuild.ts";
+
 const FIXTURES = repoPath("agent/test/fixtures/go") + "/";
-/** Debian's golang-golang-x-*-dev sources: the only x/net available without a network. */
-const DEBIAN_GOCODE = "/usr/share/gocode/src/golang.org/x";
 
 export type GoFixture = "std-http2-client" | "xnet-http2-client" | "hello";
 
@@ -21,60 +21,14 @@ export interface GoBuildSpec {
   goarch?: string;
 }
 
-function goEnv(goarch?: string): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    CGO_ENABLED: "0",
-    GOFLAGS: "-mod=mod",
-    GOPROXY: "off",
-    GOWORK: "off",
-    GO111MODULE: "on",
-    // Newer toolchains would try to download the go.mod's version otherwise.
-    GOTOOLCHAIN: "local",
-    GOARCH: goarch ?? "amd64",
-  };
-  // The toolchain refuses to run without a cache directory to use.
-  if (!env.GOCACHE && !env.XDG_CACHE_HOME && !env.HOME) env.GOCACHE = path.join(os.tmpdir(), "lostwrite-go-cache");
-  return env;
-}
-
-/** Why Go tests cannot run here, or null when `go` works. */
-export function goUnavailable(): string | null {
-  const probe = spawnSync("go", ["version"], { env: goEnv(), encoding: "utf8" });
-  if (probe.error) return `go toolchain not found (${probe.error.message})`;
-  if (probe.status !== 0) return `go version failed: ${probe.stderr.trim()}`;
-  return null;
-}
-
 /** A describe/it skip value: the reason outside CI, false in CI, where a missing toolchain must fail the tests. */
 export function skipUnlessCi(reason: string | null): string | false {
   return reason !== null && process.env.CI !== "true" ? reason : false;
 }
 
-export function run(file: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd: opts.cwd, env: opts.env ?? goEnv(), maxBuffer: 64 << 20, timeout: 170_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${file} ${args.join(" ")} failed: ${error.message}\n${stderr}`));
-      else resolve(stdout);
-    });
-  });
-}
-
 /** The toolchain's version string, e.g. "go1.19.8". */
 export async function goVersion(): Promise<string> {
   return (await run("go", ["env", "GOVERSION"])).trim();
-}
-
-/** Copies a fixture to `dir`, pointing x/net and its dependencies at the Debian sources when present. */
-function prepareFixture(fixture: GoFixture, dir: string): void {
-  cpSync(path.join(FIXTURES, fixture), dir, { recursive: true });
-  if (fixture === "xnet-http2-client") {
-    const goMod = path.join(dir, "go.mod");
-    const replaces = ["net", "text", "sys"]
-      .filter((module) => existsSync(path.join(DEBIAN_GOCODE, module, "go.mod")))
-      .map((module) => `replace golang.org/x/${module} => ${path.join(DEBIAN_GOCODE, module)}\n`);
-    writeFileSync(goMod, `${readFileSync(goMod, "utf8")}\n${replaces.join("")}`);
-  }
 }
 
 /** The x/net directory a fixture build is pointed at, or null when the module cache must provide it. */
@@ -94,13 +48,14 @@ export async function buildGoFixtures<K extends string>(specs: Record<K, GoBuild
       const out = path.join(dir, "bin", key);
       // One copy of the sources per build: -mod=mod may rewrite go.mod, and
       // two builds must not do that to the same file at once.
-      const source = path.join(dir, "src", key);
-      prepareFixture(spec.fixture, source);
-      await run("go", ["build", "-trimpath", ...(spec.flags ?? []), "-o", out, "."], {
-        cwd: source,
-        env: goEnv(spec.goarch),
+      binaries[key] = await buildGo({
+        source: path.join(FIXTURES, spec.fixture),
+        workDir: path.join(dir, "src", key),
+        out,
+        flags: spec.flags ?? [],
+        ...(spec.goarch === undefined ? {} : { goarch: spec.goarch }),
+        xModules: spec.fixture === "xnet-http2-client",
       });
-      binaries[key] = out;
     }
   };
   await Promise.all([worker(), worker()]);

@@ -1,0 +1,225 @@
+// On the real kernel, with real Go binaries built here: the Go sample
+// operator (testbed/go-operator) puts its watch and its status PATCHes on one
+// HTTP/2 connection, as client-go does, so watch events keep arriving while
+// a PATCH waits for its answer — the shape in which byte counting on the
+// socket cannot tell which request died. The agent follows each request with
+// uprobes on the operator's binary and must report each lost status write
+// exactly once, by its path and stream, with the right cause; retries and
+// GOAWAY must report none. Both HTTP/2 families (golang.org/x/net/http2, as
+// client-go configures it, and net/http's bundled copy), stripped and not,
+// and the real, stripped kubectl of this machine (Go 1.23, x/net 0.30).
+import assert from "node:assert/strict";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
+import type { RuleInput } from "../../../testbed/apiserver/scenario.ts";
+import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
+import { goUnavailable } from "../../../testbed/goBuild.ts";
+import type { LossEvent } from "../../src/model.ts";
+import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+
+const WIDGETS = "demo.lostwrite.dev/v1/widgets";
+/** The operator's timeout for one status write. */
+const WRITE_TIMEOUT = "1s";
+/** How long the agent waits for a refused write's retry (its correlation window). */
+const RETRY_WAIT = "2s";
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+function skipReason(): string | false {
+  const kernel = skipWithoutKernel();
+  if (kernel) return kernel;
+  const go = goUnavailable();
+  return go !== null && process.env.CI !== "true" ? go : false;
+}
+
+interface Operator {
+  child: ChildProcess;
+  pid: number;
+  namespace: string;
+  stop(): Promise<void>;
+}
+
+describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: skipReason(), timeout: 420_000 }, () => {
+  let dir: string;
+  let api: Apiserver;
+  let agent: AgentProcess;
+  const binaries: Record<"stripped" | "symbols", string> = { stripped: "", symbols: "" };
+  let widgetSeq = 0;
+
+  before(async () => {
+    assertKernelRequirements();
+    const go = goUnavailable();
+    if (go !== null) throw new Error(`e2e test cannot run: ${go}`);
+    dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-go-"));
+    [binaries.stripped, binaries.symbols] = await Promise.all([
+      buildGoOperator(dir, { stripped: true }),
+      buildGoOperator(dir, { stripped: false }),
+    ]);
+    api = await startApiserver({ dir });
+    agent = await startAgentProcess([
+      // go-operator, go-operator-symbols (comm: "go-operator-sym") and kubectl.
+      "--target-comm", "^(go-operator|kubectl)",
+      "--apiserver", `127.0.0.1:${api.port}`,
+      "--correlation-window", RETRY_WAIT,
+      "--span-grace", "0s",
+    ]);
+  });
+
+  after(async () => {
+    await agent?.stop();
+    await api?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const attached = (): Promise<number> => agent.metric("lostwrite_go_probes_attached");
+
+  async function startOperator(binary: string, family: "xnet" | "std", namespace: string): Promise<Operator> {
+    const child = spawn(binary, [
+      "--server", api.url, "--namespace", namespace, "--mode", "swallow", "--family", family,
+      "--timeout", WRITE_TIMEOUT, "--otlp", `http://127.0.0.1:${agent.otlpPort}`,
+    ], { stdio: ["ignore", "pipe", "inherit"] });
+    const pid = child.pid!;
+    const stop = async (): Promise<void> => {
+      if (child.exitCode === null) {
+        child.kill("SIGKILL");
+        await new Promise((resolve) => child.once("exit", resolve));
+      }
+      await waitFor("the Go probe of a stopped operator to detach", async () => (await attached()) === 0, 15_000);
+    };
+    // Its program attached: uprobes on its binary, filtered to its pid.
+    await waitFor(`the Go probe to attach to ${path.basename(binary)} [${pid}]`, async () => (await attached()) === 1, 30_000);
+    return { child, pid, namespace, stop };
+  }
+
+  /** A new widget the operator reconciles at once (its watch sees it): one status PATCH, faulted by `rule`. */
+  async function statusWrite(op: Operator, rule: { action: RuleInput["action"]; [key: string]: unknown } | null): Promise<{ name: string; path: string }> {
+    const name = `w${++widgetSeq}`;
+    const statusPath = `/apis/demo.lostwrite.dev/v1/namespaces/${op.namespace}/widgets/${name}/status`;
+    if (rule) api.control.addRule({ ...rule, method: "PATCH", path: statusPath } as RuleInput);
+    api.store.commit(WIDGETS, { apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name, namespace: op.namespace, generation: 1 }, spec: { size: 1 } });
+    return { name, path: statusPath };
+  }
+
+  const eventsFor = (statusPath: string): LossEvent[] => agent.events.filter((e) => e.request?.path === statusPath);
+  const landed = (op: Operator, name: string): boolean =>
+    (api.store.get(WIDGETS, op.namespace, name)?.status as { observedGeneration?: number } | undefined)?.observedGeneration === 1;
+
+  /** Waits for the one event of a lost write, then a little longer: a second one (an echo) must not follow. */
+  async function oneLoss(op: Operator, statusPath: string, name: string): Promise<LossEvent> {
+    await waitFor(`the loss of ${statusPath}`, () => eventsFor(statusPath).length > 0, 20_000);
+    await sleep(2500);
+    const events = eventsFor(statusPath);
+    assert.equal(events.length, 1, `one lost request, one event: ${JSON.stringify(events)}`);
+    const event = events[0]!;
+    assert.equal(event.pid, op.pid);
+    assert.equal(event.request?.method, "PATCH");
+    assert.equal(typeof event.request?.stream_id, "number");
+    assert.deepEqual(event.request?.object, { namespace: op.namespace, resource: "widgets", name, subresource: "status" });
+    assert.equal(event.apiserver, `127.0.0.1:${api.port}`);
+    const socketPath = agent.events.filter((e) => e.pid === op.pid && e.request === null);
+    assert.deepEqual(socketPath, [], "the socket path's view of the same deaths is folded into the requests' events");
+    return event;
+  }
+
+  async function retried(code: string): Promise<number> {
+    return agent.metric("lostwrite_status_write_retried_total", { code });
+  }
+
+  /** The faults every variant must get right: a reset and a close while the watch streams, a rejection, a hung write. */
+  async function coreVerdicts(op: Operator): Promise<void> {
+    const reset = await statusWrite(op, { action: "reset" });
+    const resetEvent = await oneLoss(op, reset.path, reset.name);
+    assert.equal(resetEvent.cause, "connection_reset");
+    // The swallow operator's reconcile span says all went well: a silent loss, matched to its span by its path.
+    assert.deepEqual([resetEvent.correlation, resetEvent.noticed, resetEvent.reconcile?.name], ["span", "no", reset.name], JSON.stringify(resetEvent));
+
+    const closed = await statusWrite(op, { action: "close" });
+    assert.equal((await oneLoss(op, closed.path, closed.name)).cause, "connection_closed_unanswered");
+
+    const rejected = await statusWrite(op, { action: "status", code: 409 });
+    const rejectedEvent = await oneLoss(op, rejected.path, rejected.name);
+    assert.deepEqual([rejectedEvent.cause, rejectedEvent.request?.status_code], ["http_rejected", 409]);
+
+    const hung = await statusWrite(op, { action: "delay", for: 3000 });
+    const hungEvent = await oneLoss(op, hung.path, hung.name);
+    assert.equal(hungEvent.cause, "client_gave_up");
+    assert.ok((hungEvent.unanswered_for_ms ?? 0) >= 900, `waited the client's timeout: ${hungEvent.unanswered_for_ms} ms`);
+  }
+
+  it("x/net/http2 (client-go's), stripped: every verdict, one event each, retries and GOAWAY none", async () => {
+    const op = await startOperator(binaries.stripped, "xnet", "xnet-stripped");
+    try {
+      await coreVerdicts(op);
+
+      const before429 = await retried("429");
+      const throttled = await statusWrite(op, { action: "status", code: 429, retryAfterSeconds: 1 });
+      await waitFor("the throttled write to land on its retry", () => landed(op, throttled.name), 10_000);
+      await waitFor("the retry to be counted", async () => (await retried("429")) === before429 + 1, 5000);
+      await sleep(3000); // past the retry wait: the refused try must not come out as a loss
+      assert.deepEqual(eventsFor(throttled.path), []);
+
+      const beforeGoaway = await retried("goaway");
+      const goaway = await statusWrite(op, { action: "goaway" });
+      await waitFor("the write GOAWAY refused to land on a new connection", () => landed(op, goaway.name), 10_000);
+      await waitFor("Go's own retry to be counted", async () => (await retried("goaway")) === beforeGoaway + 1, 5000);
+      await sleep(2500);
+      assert.deepEqual(eventsFor(goaway.path), []);
+
+      const healthy = await statusWrite(op, null);
+      await waitFor("an unfaulted write to land", () => landed(op, healthy.name), 10_000);
+      await sleep(2500);
+      assert.deepEqual(eventsFor(healthy.path), []);
+    } finally {
+      await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("net/http's bundled http2, stripped: the same verdicts", async () => {
+    const op = await startOperator(binaries.stripped, "std", "std-stripped");
+    try {
+      await coreVerdicts(op);
+    } finally {
+      await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("x/net/http2 in a binary with its symbol table: the same verdicts", async () => {
+    const op = await startOperator(binaries.symbols, "xnet", "xnet-symbols");
+    try {
+      await coreVerdicts(op);
+    } finally {
+      await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("kubectl (stripped, Go 1.23, x/net 0.30): its status PATCH reset on a fresh connection is reported by path", async () => {
+    const namespace = "kubectl";
+    const name = "wk";
+    const statusPath = `/apis/demo.lostwrite.dev/v1/namespaces/${namespace}/widgets/${name}/status`;
+    api.store.commit(WIDGETS, { apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name, namespace, generation: 1 }, spec: { size: 1 } });
+    // kubectl is done in a fraction of a second; its discovery is held back
+    // so that the agent, which learns of it at its exec, has attached its
+    // probe before the PATCH goes out.
+    api.control.addRule({ method: "GET", path: "/api", action: "delay", for: 5000 });
+    api.control.addRule({ method: "PATCH", path: statusPath, action: "reset" });
+    const home = mkdtempSync(path.join(dir, "kubectl-home-"));
+    const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile("kubectl", ["--kubeconfig", api.kubeconfigPath, "--cache-dir", path.join(home, "cache"), "patch", "widgets", name, "-n", namespace,
+        "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Patched"}}'],
+        { env: { ...process.env, HOME: home }, timeout: 30_000 }, (error, _stdout, stderr) => resolve({ code: error ? 1 : 0, stderr }));
+    });
+    assert.equal(result.code, 1, `kubectl saw its PATCH fail: ${result.stderr}`);
+    await waitFor(`the loss of kubectl's ${statusPath}`, () => eventsFor(statusPath).length > 0, 15_000);
+    await sleep(2000);
+    const events = eventsFor(statusPath);
+    assert.equal(events.length, 1, JSON.stringify(events));
+    assert.equal(events[0]!.process, "kubectl");
+    assert.equal(events[0]!.cause, "connection_reset");
+    assert.deepEqual(events[0]!.request?.object, { namespace, resource: "widgets", name, subresource: "status" });
+  });
+});
