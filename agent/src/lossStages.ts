@@ -122,7 +122,10 @@ export function buildLossStages(opts: LossStagesOptions) {
     correlator.addKernelRetry(event, identityOf(event.pid, event.tid, event.process || "unknown"), code);
   };
 
-  return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, correlator, counters };
+  /** A status write a request-level probe saw answered 2xx. */
+  const addRequestAnswer = (event: SocketEvent): void => correlator.addKernelSuccess(event);
+
+  return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, addRequestAnswer, correlator, counters };
 }
 
 function configuredApiserver(config: Config): IsApiserver {

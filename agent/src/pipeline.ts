@@ -120,9 +120,9 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     isApiserver,
     onLoss: (event) => judged.addRequestLoss(event),
     onRetry: (event, code) => judged.addRequestRetry(event, code),
+    onAnswered: (event) => judged.addRequestAnswer(event),
     forward: (event, identity) => judged.addSocketEvent(event, identity),
     onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
-    retryWaitNs: BigInt(config["correlation-window"]) * 1_000_000n,
   });
   const judged = buildLossStages({
     config,

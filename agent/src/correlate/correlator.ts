@@ -131,6 +131,8 @@ export class Correlator {
   readonly #uncorrelated: { query: ProcessQuery; wallNs: bigint; request: KernelRequest | null }[] = [];
   /** Status writes answered 2xx, by trace, parent and target → latest start: a retry that made it. */
   readonly #succeeded = new Map<string, bigint>();
+  /** Status writes a request-level probe saw answered 2xx, by host pid, method and path → latest kernel time. */
+  readonly #kernelSucceeded = new Map<string, bigint>();
 
   constructor(opts: CorrelatorOptions) {
     this.#o = {
@@ -182,7 +184,9 @@ export class Correlator {
     // first spans may still be in its exporter's batch.
     const since = this.#o.targetSinceMs(event.pid);
     const young = since !== null && this.#o.now() - since < this.#o.senderGraceMs;
-    if (!young && !this.#sendsSpans(entry.query)) {
+    // A refused write the kernel read waits anyway: for its retry.
+    const rejection = event.request?.statusCode != null;
+    if (!young && !rejection && !this.#sendsSpans(entry.query)) {
       this.#emitKernel(entry);
       return;
     }
@@ -190,10 +194,23 @@ export class Correlator {
     this.tick();
   }
 
+  /** A status write a request-level probe saw answered 2xx: a pending refusal of the same write becomes a retry. */
+  addKernelSuccess(event: SocketEvent): void {
+    const key = kernelWriteKey(event);
+    if (key === null) return;
+    this.#kernelSucceeded.delete(key);
+    this.#kernelSucceeded.set(key, event.kernelTimeNs);
+    if (this.#kernelSucceeded.size > this.#o.claimedCapacity) {
+      const oldest = this.#kernelSucceeded.keys().next().value;
+      if (oldest !== undefined) this.#kernelSucceeded.delete(oldest);
+      this.#o.metrics.eventsDropped.inc({ stage: "correlate_retries", reason: "capacity" });
+    }
+    this.tick();
+  }
+
   /**
-   * A write the kernel saw refused and then answered 2xx on a later try (Go's
-   * HTTP/2 probe), or that Go sent again by itself (GOAWAY, REFUSED_STREAM):
-   * a retry, counted once; the span of the refused try is not a loss either.
+   * A write that Go sent again by itself (GOAWAY, REFUSED_STREAM): a retry,
+   * counted once; the span of the refused try is not a loss either.
    */
   addKernelRetry(event: SocketEvent, identity: ProcessIdentity, code: string): void {
     this.#o.metrics.statusWriteRetries.inc({ namespace: identity.namespace, pod: identity.pod, code });
@@ -235,7 +252,10 @@ export class Correlator {
     this.#o.index.evictExpired();
     for (let i = 0; i < this.#pending.length; ) {
       const entry = this.#pending[i];
-      if (entry !== undefined && (now >= entry.deadlineMs || (this.#spansArrived(entry) && this.#verdictSettled(entry)))) {
+      if (entry !== undefined && this.#kernelRetried(entry)) {
+        this.#pending.splice(i, 1);
+        this.#foldKernelRetry(entry);
+      } else if (entry !== undefined && (now >= entry.deadlineMs || (this.#settledWithoutRetry(entry) && this.#spansArrived(entry) && this.#verdictSettled(entry)))) {
         this.#pending.splice(i, 1);
         this.#emitKernel(entry);
       } else {
@@ -280,6 +300,27 @@ export class Correlator {
     const timer = setInterval(() => this.tick(), intervalMs);
     timer.unref();
     return () => clearInterval(timer);
+  }
+
+  /** A refusal the kernel read, answered 2xx on a later try of the same write. */
+  #kernelRetried(entry: PendingKernel): boolean {
+    const key = kernelWriteKey(entry.event);
+    if (key === null || entry.event.request?.statusCode == null) return false;
+    const answeredAt = this.#kernelSucceeded.get(key);
+    return answeredAt !== undefined && answeredAt > entry.event.kernelTimeNs;
+  }
+
+  /**
+   * Without spans nothing tells when a refused write's retries are over: it
+   * waits the whole window. With spans, the reconcile span ending settles it.
+   */
+  #settledWithoutRetry(entry: PendingKernel): boolean {
+    return entry.event.request?.statusCode == null || this.#sendsSpans(entry.query);
+  }
+
+  #foldKernelRetry(entry: PendingKernel): void {
+    for (const span of this.#candidatesOf(entry).candidates) if (span.kind === "client") this.#claim(span);
+    this.addKernelRetry(entry.event, entry.identity, String(entry.event.request?.statusCode));
   }
 
   #queryFor(hostPid: number, identity: ProcessIdentity): ProcessQuery {
@@ -544,6 +585,12 @@ export function formatWallNs(wallNs: bigint): string {
 function formatServer(address: string | null, port: number | null): string | null {
   if (address === null || port === null) return null;
   return formatHostPort(address, port);
+}
+
+/** One status write of one process, as a request-level probe read it. */
+function kernelWriteKey(event: SocketEvent): string | null {
+  const request = event.request;
+  return request ? `${event.pid}|${request.method.toUpperCase()}|${stripQuery(request.path)}` : null;
 }
 
 function samePath(request: KernelRequest | null | undefined, span: IndexedSpan): boolean {

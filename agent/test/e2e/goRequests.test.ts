@@ -71,6 +71,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
   });
 
   after(async () => {
+    if (process.env.GO_E2E_DEBUG) console.error(agent?.stderr.filter((l) => !l.includes("boundary")).join("\n"), JSON.stringify(agent?.events, null, 1));
     await agent?.stop();
     await api?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
@@ -97,10 +98,10 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
   }
 
   /** A new widget the operator reconciles at once (its watch sees it): one status PATCH, faulted by `rule`. */
-  async function statusWrite(op: Operator, rule: { action: RuleInput["action"]; [key: string]: unknown } | null): Promise<{ name: string; path: string }> {
+  function statusWrite(op: Operator, rule: { action: RuleInput["action"]; [key: string]: unknown } | null): { name: string; path: string } {
     const name = `w${++widgetSeq}`;
     const statusPath = `/apis/demo.lostwrite.dev/v1/namespaces/${op.namespace}/widgets/${name}/status`;
-    if (rule) api.control.addRule({ ...rule, method: "PATCH", path: statusPath } as RuleInput);
+    if (rule) api.control.addRule({ ...rule, method: "PATCH", path: statusPath });
     api.store.commit(WIDGETS, { apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name, namespace: op.namespace, generation: 1 }, spec: { size: 1 } });
     return { name, path: statusPath };
   }
@@ -132,20 +133,20 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
 
   /** The faults every variant must get right: a reset and a close while the watch streams, a rejection, a hung write. */
   async function coreVerdicts(op: Operator): Promise<void> {
-    const reset = await statusWrite(op, { action: "reset" });
+    const reset = statusWrite(op, { action: "reset" });
     const resetEvent = await oneLoss(op, reset.path, reset.name);
     assert.equal(resetEvent.cause, "connection_reset");
     // The swallow operator's reconcile span says all went well: a silent loss, matched to its span by its path.
     assert.deepEqual([resetEvent.correlation, resetEvent.noticed, resetEvent.reconcile?.name], ["span", "no", reset.name], JSON.stringify(resetEvent));
 
-    const closed = await statusWrite(op, { action: "close" });
+    const closed = statusWrite(op, { action: "close" });
     assert.equal((await oneLoss(op, closed.path, closed.name)).cause, "connection_closed_unanswered");
 
-    const rejected = await statusWrite(op, { action: "status", code: 409 });
+    const rejected = statusWrite(op, { action: "status", code: 409 });
     const rejectedEvent = await oneLoss(op, rejected.path, rejected.name);
     assert.deepEqual([rejectedEvent.cause, rejectedEvent.request?.status_code], ["http_rejected", 409]);
 
-    const hung = await statusWrite(op, { action: "delay", for: 3000 });
+    const hung = statusWrite(op, { action: "delay", for: 3000 });
     const hungEvent = await oneLoss(op, hung.path, hung.name);
     assert.equal(hungEvent.cause, "client_gave_up");
     assert.ok((hungEvent.unanswered_for_ms ?? 0) >= 900, `waited the client's timeout: ${hungEvent.unanswered_for_ms} ms`);
@@ -157,20 +158,20 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       await coreVerdicts(op);
 
       const before429 = await retried("429");
-      const throttled = await statusWrite(op, { action: "status", code: 429, retryAfterSeconds: 1 });
+      const throttled = statusWrite(op, { action: "status", code: 429, retryAfterSeconds: 1 });
       await waitFor("the throttled write to land on its retry", () => landed(op, throttled.name), 10_000);
       await waitFor("the retry to be counted", async () => (await retried("429")) === before429 + 1, 5000);
       await sleep(3000); // past the retry wait: the refused try must not come out as a loss
       assert.deepEqual(eventsFor(throttled.path), []);
 
       const beforeGoaway = await retried("goaway");
-      const goaway = await statusWrite(op, { action: "goaway" });
+      const goaway = statusWrite(op, { action: "goaway" });
       await waitFor("the write GOAWAY refused to land on a new connection", () => landed(op, goaway.name), 10_000);
       await waitFor("Go's own retry to be counted", async () => (await retried("goaway")) === beforeGoaway + 1, 5000);
       await sleep(2500);
       assert.deepEqual(eventsFor(goaway.path), []);
 
-      const healthy = await statusWrite(op, null);
+      const healthy = statusWrite(op, null);
       await waitFor("an unfaulted write to land", () => landed(op, healthy.name), 10_000);
       await sleep(2500);
       assert.deepEqual(eventsFor(healthy.path), []);

@@ -195,6 +195,7 @@ export class GoProbes {
         if (binary.program !== program) return;
         binary.counted = true;
         this.#o.metrics.goProbesAttached.inc();
+        this.#o.log.info("Go probe attached", { binary: inspected.path, pids });
       },
       (error: unknown) => {
         if (binary.program !== program) return;

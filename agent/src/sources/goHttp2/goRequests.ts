@@ -2,11 +2,11 @@
 // alone. Every request is followed from the moment it got its stream until
 // its fate is known:
 //
-//   response headers 2xx/3xx/4xx     answered: not lost (a 2xx also resolves
-//                                    an earlier rejection of the same write)
-//   response 409/422/429/5xx         a rejected write: held until the same
-//                                    write is answered 2xx (a retry, counted)
-//                                    or the retry wait ends (http_rejected)
+//   response headers 2xx/3xx/4xx     answered: not lost (a status write's 2xx
+//                                    is passed on: it turns an earlier
+//                                    rejection of the same write into a retry)
+//   response 409/422/429/5xx         a rejected status write: http_rejected,
+//                                    which the correlator holds for its retry
 //   RST_STREAM from the server       stream_reset; REFUSED_STREAM is retried
 //                                    by Go itself: a retry, not a loss
 //   GOAWAY                           streams above its last stream id were
@@ -72,16 +72,16 @@ export interface GoRequestsOptions {
   isApiserver: (host: string, port: number) => boolean;
   /** A lost write, in the socket event shape (with its request) the correlator takes. */
   onLoss: (event: SocketEvent) => void;
-  /** A write that failed and was sent again: the failed try, in the socket event shape. */
+  /** A write Go sent again by itself (GOAWAY, REFUSED_STREAM): the failed try, in the socket event shape. */
   onRetry: (event: SocketEvent, code: RetryCode) => void;
+  /** A status write answered 2xx: what resolves an earlier rejection of the same write as a retry. */
+  onAnswered: (event: SocketEvent) => void;
   /** A socket-path loss this path does not speak for, in order: on to the correlator. */
   forward: (event: SocketEvent, identity: ProcessIdentity) => void;
   /** Something did not fit: the stage and reason of lostwrite_events_dropped_total. */
   onDrop: (reason: "capacity") => void;
   /** How old a line must be before it is applied (default 50 ms). */
   holdNs?: bigint;
-  /** How long a rejected write waits for its retry (default 10 s). */
-  retryWaitNs?: bigint;
   /** Requests followed at once, and lines waiting to be applied (default 65536 each). */
   capacity?: number;
 }
@@ -101,12 +101,6 @@ interface Conn {
   streams: Map<number, GoRequest>;
 }
 
-interface HeldRejection {
-  request: GoRequest;
-  statusCode: number;
-  atNs: bigint;
-}
-
 const REFUSED_STREAM = 7;
 /** The socket's TCP state when the read loop ended: CLOSE after a reset or a timeout (CLOSE_WAIT, 8, after the server's FIN). */
 const TCP_CLOSE = 7;
@@ -118,7 +112,6 @@ export class GoRequests {
   readonly #conns = new Map<string, Conn>();
   /** pid|stream pointer → conn key and stream id. */
   readonly #streams = new Map<string, { conn: string; streamId: number }>();
-  readonly #held: HeldRejection[] = [];
   /** pid|peer → latest kernel time a request went out on it: the connections this path speaks for. */
   readonly #covered = new Map<string, bigint>();
   /** Pids whose Go program is attached: their socket-path losses wait for this path's verdict. */
@@ -126,7 +119,7 @@ export class GoRequests {
   #followed = 0;
 
   constructor(opts: GoRequestsOptions) {
-    this.#o = { holdNs: 50_000_000n, retryWaitNs: 10_000_000_000n, capacity: 65_536, ...opts };
+    this.#o = { holdNs: 50_000_000n, capacity: 65_536, ...opts };
   }
 
   /** The Go program of `pid` attached (true) or went away (false). */
@@ -167,19 +160,17 @@ export class GoRequests {
     return true;
   }
 
-  /** Applies every line at least holdNs old at kernel time `nowNs`, and ends the retry waits that are over. */
+  /** Applies every line at least holdNs old at kernel time `nowNs`. */
   drain(nowNs: bigint): void {
     const until = nowNs - this.#o.holdNs;
     let applied = 0;
     while (applied < this.#queue.length && this.#queue[applied]!.ts <= until) applied++;
     for (const entry of this.#queue.splice(0, applied)) this.#apply(entry);
-    this.#expireRejections(nowNs);
   }
 
-  /** Applies everything waiting and reports every held rejection (shutdown). */
+  /** Applies everything waiting (shutdown). */
   flush(): void {
     for (const entry of this.#queue.splice(0)) this.#apply(entry);
-    for (const held of this.#held.splice(0)) this.#lose(held.request, "http_rejected", held.atNs, held.statusCode);
   }
 
   /** Requests followed now (in flight) and lines waiting. */
@@ -290,31 +281,9 @@ export class GoRequests {
     if (!Number.isInteger(code) || (code >= 100 && code < 200)) return; // informational: the answer is still to come
     const request = this.#take(connKey(record.pid, record.conn), record.streamId);
     if (request === undefined) return;
-    if (code >= 200 && code < 300) {
-      for (let i = this.#held.length - 1; i >= 0; i--) {
-        const held = this.#held[i]!;
-        if (held.request.pid === request.pid && held.request.method === request.method && held.request.path === request.path) {
-          this.#held.splice(i, 1);
-          this.#o.onRetry(eventOf(held.request, "http_rejected", held.atNs, held.statusCode), `${held.statusCode}`);
-        }
-      }
-      return;
-    }
-    if (isRejectedStatus(code) && isStatusWrite(request.method, request.path)) {
-      this.#held.push({ request, statusCode: code, atNs: record.ts });
-      if (this.#held.length > this.#o.capacity) {
-        this.#o.onDrop("capacity");
-        const oldest = this.#held.shift()!;
-        this.#lose(oldest.request, "http_rejected", oldest.atNs, oldest.statusCode);
-      }
-    }
-  }
-
-  #expireRejections(nowNs: bigint): void {
-    while (this.#held.length > 0 && nowNs - this.#held[0]!.atNs >= this.#o.retryWaitNs) {
-      const held = this.#held.shift()!;
-      this.#lose(held.request, "http_rejected", held.atNs, held.statusCode);
-    }
+    if (!isStatusWrite(request.method, request.path)) return;
+    if (code >= 200 && code < 300) this.#o.onAnswered(eventOf(request, "http_rejected", record.ts, code));
+    else if (isRejectedStatus(code)) this.#lose(request, "http_rejected", record.ts, code);
   }
 
   #lose(request: GoRequest, cause: LossCause, atNs: bigint, statusCode: number | null): void {

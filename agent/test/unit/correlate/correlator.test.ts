@@ -466,3 +466,62 @@ void describe("correlator", () => {
     assert.equal(run().length, 2, "without the endpoint set the PATCH is another server's: two events for one write");
   });
 });
+
+void describe("correlator, requests the kernel read (Go's HTTP/2 client)", () => {
+  const PATH = "/apis/example.com/v1/namespaces/default/widgets/w1/status";
+  const kernelRequest = (atMs: number, statusCode: number | null, over: Partial<SocketEvent> = {}): SocketEvent =>
+    socketEvent(atMs, {
+      syscall: null, ret: null, errno: null, bytes: null, cause: statusCode === null ? "connection_reset" : "http_rejected",
+      request: { method: "PATCH", path: PATH, statusCode, streamId: 7 }, ...over,
+    });
+
+  void test("matched to the span of the same request, not to another write open at the time; reported with stream and object", () => {
+    const { correlator, out } = setup();
+    const w1 = reconcileWithPatch("w1", { startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 30, endMs: T0 + 100 });
+    // Another status write in flight at the time, which went on fine: by time alone the two would be ambiguous.
+    const w2 = reconcileWithPatch("w2", {
+      startMs: T0, patchStartMs: T0 + 5, patchEndMs: T0 + 40, endMs: T0 + 100,
+      patch: { status: SpanStatusCode.UNSET, attributes: { "http.request.method": "PATCH", "url.full": "https://10.96.0.1:443/apis/example.com/v1/namespaces/default/widgets/w2/status" } },
+    });
+    correlator.addSocketEvent(kernelRequest(T0 + 20, null), identity);
+    correlator.addSpans(spans([w1.patch, w1.reconcile, w2.patch, w2.reconcile, laterSpan(T0 + 200)]));
+    assert.equal(out.length, 1);
+    const { event } = out[0]!;
+    assert.deepEqual([event.correlation, event.span_id, event.reconcile?.name], ["span", w1.patch.spanId, "w1"]);
+    assert.deepEqual(event.request, {
+      method: "PATCH", path: PATH, status_code: null, stream_id: 7,
+      object: { namespace: "default", resource: "widgets", name: "w1", subresource: "status" },
+    });
+  });
+
+  void test("complete without spans: a process that sends none is reported at once, with its request", () => {
+    const { correlator, out } = setup({}, false);
+    correlator.addSocketEvent(kernelRequest(T0 + 20, null), identity);
+    assert.equal(out.length, 1);
+    assert.deepEqual([out[0]!.event.correlation, out[0]!.event.request?.path, out[0]!.event.request?.stream_id], ["none", PATH, 7]);
+  });
+
+  void test("a refusal answered 2xx on a later try is one retry, never a loss, even with the refused try's span", async () => {
+    const { correlator, out, metrics, advance } = setup({ windowMs: 2000 });
+    correlator.addSocketEvent(kernelRequest(T0 + 20, 429), identity);
+    correlator.addKernelSuccess(kernelRequest(T0 + 1020, 200));
+    const tries = reconcileWithPatch("w1", {
+      startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 25, endMs: T0 + 1100,
+      patch: { attributes: { "http.request.method": "PATCH", "url.full": `https://10.96.0.1:443${PATH}`, "http.response.status_code": 429 } },
+    });
+    correlator.addSpans(spans([tries.patch, tries.reconcile, laterSpan(T0 + 1200)]));
+    advance(5000);
+    assert.deepEqual(out, []);
+    const retried = (await metrics.registry.getSingleMetricAsString("lostwrite_status_write_retried_total")).split("\n").filter((l) => !l.startsWith("#"));
+    assert.deepEqual(retried, ['lostwrite_status_write_retried_total{namespace="ops",pod="widget-operator-7d9",code="429"} 1']);
+  });
+
+  void test("a refusal never retried is http_rejected: without spans, once the window for its retry is over", () => {
+    const { correlator, out, advance } = setup({ windowMs: 2000 }, false);
+    correlator.addSocketEvent(kernelRequest(T0 + 20, 409), identity);
+    advance(1000);
+    assert.equal(out.length, 0, "waits for a retry");
+    advance(1500);
+    assert.deepEqual(out.map((o) => [o.event.cause, o.event.request?.status_code]), [["http_rejected", 409]]);
+  });
+});

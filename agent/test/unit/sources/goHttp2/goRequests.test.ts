@@ -13,16 +13,18 @@ function harness(opts: { capacity?: number } = {}) {
   const losses: SocketEvent[] = [];
   const retries: { event: SocketEvent; code: RetryCode }[] = [];
   const forwarded: SocketEvent[] = [];
+  const answered: SocketEvent[] = [];
   const drops: string[] = [];
   const go = new GoRequests({
     isApiserver: (host, port) => host === "10.96.0.1" && port === 443,
     onLoss: (event) => losses.push(event),
     onRetry: (event, code) => retries.push({ event, code }),
     forward: (event) => forwarded.push(event),
+    onAnswered: (event) => answered.push(event),
     onDrop: (reason) => drops.push(reason),
     ...opts,
   });
-  return { go, losses, retries, forwarded, drops };
+  return { go, losses, retries, forwarded, answered, drops };
 }
 
 /** A request line and its path pieces, as the probe prints them. */
@@ -136,22 +138,20 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(losses.map((l) => [l.request?.streamId, l.cause]), [[3, "connection_closed_unanswered"]]);
   });
 
-  it("a rejection answered 2xx on a later try is a retry; one never retried is http_rejected after the wait", () => {
-    const { go, losses, retries } = harness();
-    const other = STATUS_PATH.replace("w1", "w2");
+  it("reports a refused status write at once, and passes on the 2xx of a later try that makes it a retry", () => {
+    const { go, losses, answered, retries } = harness();
     feed(go, [
       ...request(1n * MS, 3, "PATCH", STATUS_PATH),
       headers(2n * MS, 3, 429),
-      ...request(3n * MS, 5, "PATCH", other),
-      headers(4n * MS, 5, 409),
-      ...request(1003n * MS, 7, "PATCH", STATUS_PATH),
-      headers(1004n * MS, 7, 200),
+      ...request(1003n * MS, 5, "PATCH", STATUS_PATH),
+      headers(1004n * MS, 5, 200),
+      ...request(1005n * MS, 7, "GET", WATCH_PATH),
+      headers(1006n * MS, 7, 200),
     ]);
     go.drain(2000n * MS);
-    assert.deepEqual(retries.map((r) => [r.event.request?.streamId, r.code]), [[3, "429"]]);
-    assert.equal(losses.length, 0, "still within the retry wait");
-    go.drain(11_000n * MS);
-    assert.deepEqual(losses.map((l) => [l.request, l.cause]), [[{ method: "PATCH", path: other, statusCode: 409, streamId: 5 }, "http_rejected"]]);
+    assert.deepEqual(losses.map((l) => [l.cause, l.request]), [["http_rejected", { method: "PATCH", path: STATUS_PATH, statusCode: 429, streamId: 3 }]]);
+    assert.deepEqual(answered.map((a) => [a.kernelTimeNs, a.request?.statusCode, a.request?.streamId]), [[1004n * MS, 200, 5]], "status writes' answers only");
+    assert.deepEqual(retries, [], "the correlator decides whether the refusal was retried");
   });
 
   it("follows requests to apiservers only, and reports status writes only", () => {
