@@ -123,7 +123,8 @@ export function buildLossStages(opts: LossStagesOptions) {
   };
 
   /** A status write a request-level probe saw answered 2xx. */
-  const addRequestAnswer = (event: SocketEvent): void => correlator.addKernelSuccess(event);
+  const addRequestAnswer = (event: SocketEvent): void =>
+    correlator.addKernelSuccess(event, identityOf(event.pid, event.tid, opts.identity(event.pid)?.comm ?? "unknown"));
 
   return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, addRequestAnswer, correlator, counters };
 }

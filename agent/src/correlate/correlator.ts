@@ -92,8 +92,9 @@ export interface CorrelatorOptions {
   isApiserver?: IsApiserver;
   /**
    * How long after a failing span ends a kernel event describing it may still
-   * arrive (default 250 ms): the Go probe orders its lines before it judges,
-   * so its verdict can come after the operator exported the span.
+   * arrive (default 1 s): the Go probe orders its lines before it judges, and
+   * bpftrace hands its output over in batches, so its verdict can come after
+   * the operator exported the span.
    */
   kernelLagMs?: number;
   /** Wall-clock ms; injected by replay and tests. */
@@ -133,6 +134,8 @@ export class Correlator {
   readonly #succeeded = new Map<string, bigint>();
   /** Status writes a request-level probe saw answered 2xx, by host pid, method and path → latest kernel time. */
   readonly #kernelSucceeded = new Map<string, bigint>();
+  /** Processes whose requests a request-level probe reads (host pid → span query): their span losses wait kernelLagMs. */
+  readonly #requestLevel = new Map<number, ProcessQuery>();
 
   constructor(opts: CorrelatorOptions) {
     this.#o = {
@@ -145,7 +148,7 @@ export class Correlator {
       senderMemoryMs: 86_400_000,
       senderGraceMs: 60_000,
       isApiserver: () => false,
-      kernelLagMs: 250,
+      kernelLagMs: 1000,
       targetSinceMs: () => null,
       now: Date.now,
       ...opts,
@@ -172,6 +175,7 @@ export class Correlator {
         this.#emitKernel(oldest);
       }
     }
+    if (event.request) this.#noteRequestLevel(event.pid, identity);
     const entry: PendingKernel = {
       event,
       identity,
@@ -195,9 +199,10 @@ export class Correlator {
   }
 
   /** A status write a request-level probe saw answered 2xx: a pending refusal of the same write becomes a retry. */
-  addKernelSuccess(event: SocketEvent): void {
+  addKernelSuccess(event: SocketEvent, identity: ProcessIdentity): void {
     const key = kernelWriteKey(event);
     if (key === null) return;
+    this.#noteRequestLevel(event.pid, identity);
     this.#kernelSucceeded.delete(key);
     this.#kernelSucceeded.set(key, event.kernelTimeNs);
     if (this.#kernelSucceeded.size > this.#o.claimedCapacity) {
@@ -268,7 +273,7 @@ export class Correlator {
         continue;
       }
       const expired = now >= entry.deadlineMs;
-      const kernelMayFollow = now < Number(entry.span.endNs / 1_000_000n) + this.#o.kernelLagMs;
+      const kernelMayFollow = now < Number(entry.span.endNs / 1_000_000n) + this.#o.kernelLagMs && this.#readByRequestProbe(entry.span);
       if (!expired && (kernelMayFollow || !ancestryComplete(entry.span, this.#lookup) || this.#kernelEventMayClaim(entry.span))) continue;
       this.#pendingSpanLosses.delete(key);
       if (this.#retriedAndAnswered(entry.span)) {
@@ -302,12 +307,16 @@ export class Correlator {
     return () => clearInterval(timer);
   }
 
-  /** A refusal the kernel read, answered 2xx on a later try of the same write. */
+  /**
+   * A refusal the kernel read, answered 2xx on a later try of the same write:
+   * seen by the kernel, or in the spans of its reconcile (which may come first).
+   */
   #kernelRetried(entry: PendingKernel): boolean {
     const key = kernelWriteKey(entry.event);
     if (key === null || entry.event.request?.statusCode == null) return false;
     const answeredAt = this.#kernelSucceeded.get(key);
-    return answeredAt !== undefined && answeredAt > entry.event.kernelTimeNs;
+    if (answeredAt !== undefined && answeredAt > entry.event.kernelTimeNs) return true;
+    return this.#candidatesOf(entry).candidates.some((span) => span.kind === "client" && this.#retriedAndAnswered(span));
   }
 
   /**
@@ -321,6 +330,18 @@ export class Correlator {
   #foldKernelRetry(entry: PendingKernel): void {
     for (const span of this.#candidatesOf(entry).candidates) if (span.kind === "client") this.#claim(span);
     this.addKernelRetry(entry.event, entry.identity, String(entry.event.request?.statusCode));
+  }
+
+  #noteRequestLevel(hostPid: number, identity: ProcessIdentity): void {
+    this.#requestLevel.delete(hostPid);
+    this.#requestLevel.set(hostPid, this.#queryFor(hostPid, identity));
+    if (this.#requestLevel.size > this.#o.senderCapacity) this.#requestLevel.delete(this.#requestLevel.keys().next().value!);
+  }
+
+  /** The span's process has its requests read by a request-level probe (Go's HTTP/2 client). */
+  #readByRequestProbe(span: IndexedSpan): boolean {
+    for (const query of this.#requestLevel.values()) if (spanOfProcess(span, query)) return true;
+    return false;
   }
 
   #queryFor(hostPid: number, identity: ProcessIdentity): ProcessQuery {

@@ -504,7 +504,7 @@ void describe("correlator, requests the kernel read (Go's HTTP/2 client)", () =>
   void test("a refusal answered 2xx on a later try is one retry, never a loss, even with the refused try's span", async () => {
     const { correlator, out, metrics, advance } = setup({ windowMs: 2000 });
     correlator.addSocketEvent(kernelRequest(T0 + 20, 429), identity);
-    correlator.addKernelSuccess(kernelRequest(T0 + 1020, 200));
+    correlator.addKernelSuccess(kernelRequest(T0 + 1020, 200), identity);
     const tries = reconcileWithPatch("w1", {
       startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 25, endMs: T0 + 1100,
       patch: { attributes: { "http.request.method": "PATCH", "url.full": `https://10.96.0.1:443${PATH}`, "http.response.status_code": 429 } },
@@ -514,6 +514,38 @@ void describe("correlator, requests the kernel read (Go's HTTP/2 client)", () =>
     assert.deepEqual(out, []);
     const retried = (await metrics.registry.getSingleMetricAsString("lostwrite_status_write_retried_total")).split("\n").filter((l) => !l.startsWith("#"));
     assert.deepEqual(retried, ['lostwrite_status_write_retried_total{namespace="ops",pod="widget-operator-7d9",code="429"} 1']);
+  });
+
+  void test("a refusal whose retry's spans arrive before the kernel's 2xx is one retry too", async () => {
+    const { correlator, out, metrics, advance } = setup({ windowMs: 2000 });
+    const tries = reconcileWithPatch("w1", {
+      startMs: T0, patchStartMs: T0 + 10, patchEndMs: T0 + 25, endMs: T0 + 1100,
+      patch: { attributes: { "http.request.method": "PATCH", "url.full": `https://10.96.0.1:443${PATH}`, "http.response.status_code": 429 } },
+    });
+    const retry = { ...tries.patch, spanId: id(16), startMs: T0 + 1030, endMs: T0 + 1040, attributes: { ...tries.patch.attributes, "http.response.status_code": 200 } };
+    correlator.addSocketEvent(kernelRequest(T0 + 20, 429), identity);
+    correlator.addSpans(spans([tries.patch, retry, tries.reconcile, laterSpan(T0 + 1200)]));
+    correlator.addKernelSuccess(kernelRequest(T0 + 1035, 200), identity);
+    advance(5000);
+    assert.deepEqual(out, []);
+    const retried = (await metrics.registry.getSingleMetricAsString("lostwrite_status_write_retried_total")).split("\n").filter((l) => !l.startsWith("#"));
+    assert.deepEqual(retried, ['lostwrite_status_write_retried_total{namespace="ops",pod="widget-operator-7d9",code="429"} 1']);
+  });
+
+  void test("a refusal's span that beats the kernel's reading of it still makes one event, the kernel's", () => {
+    const { correlator, out, advance } = setup({ windowMs: 2000 });
+    correlator.addKernelSuccess(kernelRequest(T0 - 5000, 200), identity); // an earlier write: this process's requests are read
+    // The clock stands at T0 + 1 s: these spans have just ended.
+    const refused = reconcileWithPatch("w1", {
+      startMs: T0 + 900, patchStartMs: T0 + 910, patchEndMs: T0 + 925, endMs: T0 + 930,
+      patch: { attributes: { "http.request.method": "PATCH", "url.full": `https://10.96.0.1:443${PATH}`, "http.response.status_code": 409 } },
+    });
+    correlator.addSpans(spans([refused.patch, refused.reconcile, laterSpan(T0 + 990)]));
+    advance(500);
+    assert.deepEqual(out, [], "the span's loss waits for the kernel's verdict");
+    correlator.addSocketEvent(kernelRequest(T0 + 920, 409), identity);
+    advance(3000);
+    assert.deepEqual(out.map((o) => [o.event.pid, o.event.cause, o.event.span_id, o.event.request?.stream_id]), [[HOST_PID, "http_rejected", refused.patch.spanId, 7]]);
   });
 
   void test("a refusal never retried is http_rejected: without spans, once the window for its retry is over", () => {
