@@ -126,7 +126,10 @@ export function buildLossStages(opts: LossStagesOptions) {
   const addRequestAnswer = (event: SocketEvent): void =>
     correlator.addKernelSuccess(event, identityOf(event.pid, event.tid, opts.identity(event.pid)?.comm ?? "unknown"));
 
-  return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, addRequestAnswer, correlator, counters };
+  /** A request-level probe now reads this process's requests. */
+  const noteRequestLevel = (pid: number): void => correlator.noteRequestLevel(pid, identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
+
+  return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, addRequestAnswer, noteRequestLevel, correlator, counters };
 }
 
 function configuredApiserver(config: Config): IsApiserver {

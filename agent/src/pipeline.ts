@@ -121,6 +121,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     onLoss: (event) => judged.addRequestLoss(event),
     onRetry: (event, code) => judged.addRequestRetry(event, code),
     onAnswered: (event) => judged.addRequestAnswer(event),
+    onFollowing: (pid) => judged.noteRequestLevel(pid),
     forward: (event, identity) => judged.addSocketEvent(event, identity),
     onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
   });

@@ -332,6 +332,11 @@ export class Correlator {
     this.addKernelRetry(entry.event, entry.identity, String(entry.event.request?.statusCode));
   }
 
+  /** A request-level probe now reads this process's requests: its span losses wait kernelLagMs for its verdicts. */
+  noteRequestLevel(hostPid: number, identity: ProcessIdentity): void {
+    this.#noteRequestLevel(hostPid, identity);
+  }
+
   #noteRequestLevel(hostPid: number, identity: ProcessIdentity): void {
     this.#requestLevel.delete(hostPid);
     this.#requestLevel.set(hostPid, this.#queryFor(hostPid, identity));

@@ -76,6 +76,8 @@ export interface GoRequestsOptions {
   onRetry: (event: SocketEvent, code: RetryCode) => void;
   /** A status write answered 2xx: what resolves an earlier rejection of the same write as a retry. */
   onAnswered: (event: SocketEvent) => void;
+  /** The requests of this pid are read from now on. */
+  onFollowing?: (pid: number) => void;
   /** A socket-path loss this path does not speak for, in order: on to the correlator. */
   forward: (event: SocketEvent, identity: ProcessIdentity) => void;
   /** Something did not fit: the stage and reason of lostwrite_events_dropped_total. */
@@ -119,13 +121,17 @@ export class GoRequests {
   #followed = 0;
 
   constructor(opts: GoRequestsOptions) {
-    this.#o = { holdNs: 50_000_000n, capacity: 65_536, ...opts };
+    this.#o = { holdNs: 50_000_000n, capacity: 65_536, onFollowing: () => {}, ...opts };
   }
 
   /** The Go program of `pid` attached (true) or went away (false). */
   setAttached(pid: number, attached: boolean): void {
-    if (attached) this.#attached.add(pid);
-    else this.#attached.delete(pid);
+    if (attached) {
+      this.#attached.add(pid);
+      this.#o.onFollowing(pid);
+    } else {
+      this.#attached.delete(pid);
+    }
   }
 
   /** A line of a Go program. */

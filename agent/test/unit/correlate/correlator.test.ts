@@ -534,7 +534,7 @@ void describe("correlator, requests the kernel read (Go's HTTP/2 client)", () =>
 
   void test("a refusal's span that beats the kernel's reading of it still makes one event, the kernel's", () => {
     const { correlator, out, advance } = setup({ windowMs: 2000 });
-    correlator.addKernelSuccess(kernelRequest(T0 - 5000, 200), identity); // an earlier write: this process's requests are read
+    correlator.noteRequestLevel(HOST_PID, identity); // the Go probe attached
     // The clock stands at T0 + 1 s: these spans have just ended.
     const refused = reconcileWithPatch("w1", {
       startMs: T0 + 900, patchStartMs: T0 + 910, patchEndMs: T0 + 925, endMs: T0 + 930,
@@ -542,10 +542,10 @@ void describe("correlator, requests the kernel read (Go's HTTP/2 client)", () =>
     });
     correlator.addSpans(spans([refused.patch, refused.reconcile, laterSpan(T0 + 990)]));
     advance(500);
-    assert.deepEqual(out, [], "the span's loss waits for the kernel's verdict");
+    assert.equal(out.length, 0, "the span's loss waits for the kernel's verdict");
     correlator.addSocketEvent(kernelRequest(T0 + 920, 409), identity);
     advance(3000);
-    assert.deepEqual(out.map((o) => [o.event.pid, o.event.cause, o.event.span_id, o.event.request?.stream_id]), [[HOST_PID, "http_rejected", refused.patch.spanId, 7]]);
+    assert.deepEqual(out.map(({ event }) => [event.pid, event.cause, event.span_id, event.request?.stream_id]), [[HOST_PID, "http_rejected", refused.patch.spanId, 7]]);
   });
 
   void test("a refusal never retried is http_rejected: without spans, once the window for its retry is over", () => {
