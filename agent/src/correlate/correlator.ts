@@ -260,7 +260,7 @@ export class Correlator {
       if (entry !== undefined && this.#kernelRetried(entry)) {
         this.#pending.splice(i, 1);
         this.#foldKernelRetry(entry);
-      } else if (entry !== undefined && (now >= entry.deadlineMs || (this.#settledWithoutRetry(entry) && this.#spansArrived(entry) && this.#verdictSettled(entry)))) {
+      } else if (entry !== undefined && (now >= entry.deadlineMs || (this.#settledWithoutRetry(entry) && (this.#spansArrived(entry) || this.#requestSpanArrived(entry)) && this.#verdictSettled(entry)))) {
         this.#pending.splice(i, 1);
         this.#emitKernel(entry);
       } else {
@@ -356,6 +356,11 @@ export class Correlator {
     // without a known NSpid, only the pod identifies its spans.
     const nsPid = nsPids !== null && nsPids.length > 0 ? (nsPids[nsPids.length - 1] ?? null) : inPod ? null : hostPid;
     return { nsPid, namespace: identity.namespace || null, pod: identity.pod || null };
+  }
+
+  /** A request the kernel read is matched by identity: once the span of that very request is in, nothing later can change the match. */
+  #requestSpanArrived(entry: PendingKernel): boolean {
+    return entry.event.request !== undefined && this.#candidatesOf(entry).candidates.some((span) => span.kind === "client");
   }
 
   #spansArrived(entry: PendingKernel): boolean {

@@ -195,7 +195,7 @@ export class GoProbes {
         if (binary.program !== program) return;
         binary.counted = true;
         this.#o.metrics.goProbesAttached.inc();
-        this.#o.log.info("Go probe attached", { binary: inspected.path, pids });
+        this.#o.log.info("Go probe attached", { go: inspected.goVersion, families: inspected.families.map((f) => f.name), pids });
       },
       (error: unknown) => {
         if (binary.program !== program) return;

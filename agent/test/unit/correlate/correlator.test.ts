@@ -100,7 +100,7 @@ function laterSpan(atMs: number): SpanDef {
 }
 
 function setup(
-  over: { windowMs?: number; pendingCapacity?: number; isApiserver?: (host: string, port: number) => boolean; targetSinceMs?: (pid: number) => number | null } = {},
+  over: { windowMs?: number; slackMs?: number; pendingCapacity?: number; isApiserver?: (host: string, port: number) => boolean; targetSinceMs?: (pid: number) => number | null } = {},
   sender = true,
 ) {
   let nowMs = T0 + 1000;
@@ -546,6 +546,17 @@ void describe("correlator, requests the kernel read (Go's HTTP/2 client)", () =>
     correlator.addSocketEvent(kernelRequest(T0 + 920, 409), identity);
     advance(3000);
     assert.deepEqual(out.map(({ event }) => [event.pid, event.cause, event.span_id, event.request?.stream_id]), [[HOST_PID, "http_rejected", refused.patch.spanId, 7]]);
+  });
+
+  void test("settles as soon as the span of that very request and its reconcile are in, without waiting for later spans", () => {
+    const { correlator, out } = setup({ windowMs: 10_000, slackMs: 100 });
+    const refused = reconcileWithPatch("w1", {
+      startMs: T0 + 900, patchStartMs: T0 + 910, patchEndMs: T0 + 925, endMs: T0 + 930,
+      patch: { attributes: { "http.request.method": "PATCH", "url.full": `https://10.96.0.1:443${PATH}`, "http.response.status_code": 409 } },
+    });
+    correlator.addSocketEvent(kernelRequest(T0 + 920, 409), identity);
+    correlator.addSpans(spans([refused.patch, refused.reconcile]));
+    assert.deepEqual(out.map(({ event }) => [event.cause, event.span_id]), [["http_rejected", refused.patch.spanId]]);
   });
 
   void test("a refusal never retried is http_rejected: without spans, once the window for its retry is over", () => {
