@@ -48,15 +48,19 @@ export class TargetWatcher {
   /** pid → when its exec made it a target; a scan that began before that may not know it yet. */
   private readonly admitted = new Map<number, number>();
   private scanStartedAt = 0;
-  private changeListener: (changes: TargetChanges) => Promise<void> = () => Promise.resolve();
+  private readonly changeListeners: ((changes: TargetChanges) => Promise<void>)[] = [];
 
   constructor(opts: TargetWatcherOptions) {
     this.opts = opts;
   }
 
-  /** Who applies changes (the kernel's target set, the series); set once, before the first scan. */
+  /** Who applies changes (the kernel's target set and the series, the Go probes); subscribed before the first scan, told in order. */
   onChange(listener: (changes: TargetChanges) => Promise<void>): void {
-    this.changeListener = listener;
+    this.changeListeners.push(listener);
+  }
+
+  private async changed(changes: TargetChanges): Promise<void> {
+    for (const listener of this.changeListeners) await listener(changes);
   }
 
   pids(): number[] {
@@ -125,7 +129,7 @@ export class TargetWatcher {
     }
     this.current = next;
     this.countBySource();
-    this.changeListener({ added: target ? [target] : [], removed }).catch((err: unknown) => this.opts.onError(err));
+    this.changed({ added: target ? [target] : [], removed }).catch((err: unknown) => this.opts.onError(err));
     return target !== null;
   }
 
@@ -172,7 +176,7 @@ export class TargetWatcher {
     for (const t of added) next.set(t.pid, t);
     this.current = next;
     this.countBySource();
-    if (added.length || removed.length) await this.changeListener({ added, removed });
+    if (added.length || removed.length) await this.changed({ added, removed });
   }
 
   /**

@@ -79,6 +79,19 @@ describe("TargetWatcher.admitExec", () => {
     assert.deepEqual(changes.map((c) => c.added.map((t) => t.pid)), [[40], [41], [44]]);
   });
 
+  it("tells every subscriber, in the order they subscribed", async () => {
+    const first: TargetChanges[] = [];
+    const heard: string[] = [];
+    const w = watcher(first);
+    w.onChange((c) => {
+      heard.push(`second ${c.added.map((t) => t.pid).join()} after the first heard ${first.length}`);
+      return Promise.resolve();
+    });
+    assert.equal(w.admitExec(40, "manager"), true);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(heard, ["second 40 after the first heard 1"]);
+  });
+
   it("refuses what no rule matches and the agent itself", () => {
     const w = watcher([]);
     assert.equal(w.admitExec(42, "bash"), false);
