@@ -66,7 +66,14 @@ func serve() {
 		if err != nil {
 			return
 		}
-		go server.ServeConn(conn, &http2.ServeConnOpts{Handler: handler})
+		go func() {
+			// ServeConn checks the negotiated TLS state: finish the handshake first.
+			if err := conn.(*tls.Conn).Handshake(); err != nil {
+				conn.Close()
+				return
+			}
+			server.ServeConn(conn, &http2.ServeConnOpts{Handler: handler})
+		}()
 	}
 }
 
