@@ -89,7 +89,7 @@ export class GoProbes {
       if (key === undefined) continue;
       this.#binaryOf.delete(pid);
       this.#binaries.get(key)?.pids.delete(pid);
-      this.#o.requests.setAttached(pid, false);
+      this.#o.requests.forget(pid);
       touched.add(key);
     }
     for (const { pid } of added) {

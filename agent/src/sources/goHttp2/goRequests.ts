@@ -134,6 +134,17 @@ export class GoRequests {
     }
   }
 
+  /** The process is no target any more: its requests in flight are not followed further. */
+  forget(pid: number): void {
+    this.setAttached(pid, false);
+    for (const [key, conn] of this.#conns) {
+      if (!key.startsWith(`${pid}|`)) continue;
+      for (const id of [...conn.streams.keys()]) this.#take(key, id);
+      this.#conns.delete(key);
+    }
+    for (const key of [...this.#covered.keys()]) if (key.startsWith(`${pid}|`)) this.#covered.delete(key);
+  }
+
   /** A line of a Go program. */
   add(record: GoRecord): void {
     if (record.type === "go_request") {

@@ -195,6 +195,17 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(forwarded.map((e) => [e.cause, e.apiserver]), [["connect_failed", "10.96.0.1:443"], ["connection_reset", "10.96.0.2:443"]]);
   });
 
+  it("forgets the requests of a process that is no target any more", () => {
+    const { go, losses } = harness();
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH)]);
+    go.drain(1000n * MS);
+    assert.equal(go.size.requests, 1);
+    go.forget(PID);
+    feed(go, [closed(1001n * MS, 7)]);
+    go.drain(2000n * MS);
+    assert.deepEqual([go.size.requests, losses.length], [0, 0]);
+  });
+
   it("is bounded: lines beyond capacity are applied early and counted", () => {
     const { go, losses, drops } = harness({ capacity: 4 });
     feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), closed(2n * MS, 7), ...request(3n * MS, 5, "PATCH", STATUS_PATH), closed(4n * MS, 7), abort(5n * MS, 9)]);
