@@ -21,17 +21,22 @@ export interface ApiClientOptions {
   headers?: Record<string, string>;
   tracer: Tracer;
   requestTimeoutMs?: number;
+  /** Like client-go: a 429 whose Status says when to come back is waited out and sent again, this many times (default 0). */
+  throttleRetries?: number;
 }
 
 /** An HTTP answer outside 2xx, with the Kubernetes Status reason when there is one. */
 export class HttpStatusError extends Error {
   readonly status: number;
   readonly reason: string | undefined;
+  /** The answer's body (a Kubernetes Status). */
+  readonly body: unknown;
   constructor(status: number, body: unknown) {
     const statusBody = typeof body === "object" && body !== null ? (body as { message?: unknown; reason?: unknown }) : {};
     super(`apiserver answered ${status}${typeof statusBody.message === "string" ? `: ${statusBody.message}` : ""}`);
     this.status = status;
     this.reason = typeof statusBody.reason === "string" ? statusBody.reason : undefined;
+    this.body = body;
   }
 }
 
@@ -44,6 +49,12 @@ function errorType(error: unknown): string {
   if (error instanceof HttpStatusError) return String(error.status);
   const code = (error as { code?: unknown }).code;
   return typeof code === "string" ? code : error instanceof Error ? error.name : "_OTHER";
+}
+
+/** details.retryAfterSeconds of a Kubernetes Status body, in ms; null when it says nothing. */
+function retryAfterMs(body: unknown): number | null {
+  const seconds = (body as { details?: { retryAfterSeconds?: unknown } } | null)?.details?.retryAfterSeconds;
+  return typeof seconds === "number" && seconds > 0 ? seconds * 1000 : null;
 }
 
 export class ApiClient {
@@ -70,8 +81,20 @@ export class ApiClient {
     return session;
   }
 
-  /** One request; rejects with HttpStatusError for non-2xx answers and with the transport error otherwise. */
+  /** One request, each try its own span; rejects with HttpStatusError for non-2xx answers and with the transport error otherwise. */
   async request(method: string, path: string, body: unknown, contentType: string, parent: Context = context.active()): Promise<ApiResponse> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.attempt(method, path, body, contentType, parent);
+      } catch (error) {
+        const waitMs = error instanceof HttpStatusError && error.status === 429 ? retryAfterMs(error.body) : null;
+        if (waitMs === null || attempt >= (this.opts.throttleRetries ?? 0)) throw error;
+        await new Promise((resolve) => setTimeout(resolve, waitMs));
+      }
+    }
+  }
+
+  private async attempt(method: string, path: string, body: unknown, contentType: string, parent: Context): Promise<ApiResponse> {
     const url = new URL(path, this.origin);
     const port = Number(url.port || 443);
     const span = this.opts.tracer.startSpan(method, {

@@ -20,6 +20,8 @@ export interface OperatorOptions {
   namespace?: string;
   baseDelayMs?: number;
   maxDelayMs?: number;
+  /** 429s with a retry-after waited out and sent again within the reconcile (client-go does this). */
+  throttleRetries?: number;
 }
 
 export interface Operator {
@@ -45,7 +47,7 @@ export async function startOperator(opts: OperatorOptions): Promise<Operator> {
 
   const client = new ApiClient({
     server: cluster.server, ca: tlsOptions.ca as string | Buffer | undefined, cert: tlsOptions.cert as string | Buffer | undefined,
-    key: tlsOptions.key as string | Buffer | undefined, headers, tracer: opts.tracer,
+    key: tlsOptions.key as string | Buffer | undefined, headers, tracer: opts.tracer, throttleRetries: opts.throttleRetries ?? 0,
   });
   const reconciler = new Reconciler({ client, tracer: opts.tracer, mode: opts.mode, log: opts.log });
   const queue = new WorkQueue({ baseDelayMs: opts.baseDelayMs, maxDelayMs: opts.maxDelayMs });

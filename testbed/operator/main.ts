@@ -21,9 +21,10 @@ const program = new Command("widget-operator")
   .option("--namespace <ns>", "watch only this namespace (default: all)")
   .option("--backoff-base-ms <n>", "first requeue delay after a failure", positiveInt("--backoff-base-ms"), 100)
   .option("--backoff-max-ms <n>", "longest requeue delay", positiveInt("--backoff-max-ms"), 5000)
+  .option("--throttle-retries <n>", "like client-go, wait out a 429's retry-after and send again, up to n times (default 0)", positiveInt("--throttle-retries"), 0)
   .parse();
 
-const flags = program.opts<{ kubeconfig: string; mode: Mode; workers: number; namespace?: string; backoffBaseMs: number; backoffMaxMs: number }>();
+const flags = program.opts<{ kubeconfig: string; mode: Mode; workers: number; namespace?: string; backoffBaseMs: number; backoffMaxMs: number; throttleRetries: number }>();
 const log = (fields: Record<string, unknown>): void => {
   console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", ...fields }));
 };
@@ -31,7 +32,7 @@ const log = (fields: Record<string, unknown>): void => {
 const telemetry = startTelemetry("widget-operator");
 const operator = await startOperator({
   kubeconfigPath: flags.kubeconfig, mode: flags.mode, workers: flags.workers, tracer: telemetry.tracer, log,
-  namespace: flags.namespace, baseDelayMs: flags.backoffBaseMs, maxDelayMs: flags.backoffMaxMs,
+  namespace: flags.namespace, baseDelayMs: flags.backoffBaseMs, maxDelayMs: flags.backoffMaxMs, throttleRetries: flags.throttleRetries,
 });
 log({ msg: "started", pid: process.pid, mode: flags.mode, workers: flags.workers });
 

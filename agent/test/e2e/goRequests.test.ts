@@ -20,6 +20,7 @@ import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 const WIDGETS = "demo.lostwrite.dev/v1/widgets";
@@ -195,6 +196,35 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       await coreVerdicts(op);
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("in the DaemonSet's shape (own PID namespace, host /proc, the manifest's capabilities): a reset status write, by path", async () => {
+    const shape = daemonSetShape();
+    const shaped = await startAgentProcess(
+      ["--target-comm", "^go-operator$", "--apiserver", `127.0.0.1:${api.port}`, "--correlation-window", RETRY_WAIT, "--span-grace", "0s"],
+      { LOSTWRITE_PROC_ROOT: shape.procRoot },
+      { wrap: (argv) => inDeployedShape(argv, shape) },
+    );
+    try {
+      const op = await startOperator(binaries.stripped, "xnet", "shaped");
+      try {
+        // Through /host/proc/<pid>/exe, with host pids in the filter, from inside the agent's PID namespace.
+        await waitFor("the shaped agent's Go probe to attach", async () => (await shaped.metric("lostwrite_go_probes_attached")) === 1, 30_000);
+        const reset = statusWrite(op, { action: "reset" });
+        await waitFor("the shaped agent to report the reset write", () => shaped.events.some((e) => e.request?.path === reset.path), 20_000);
+        await sleep(2000);
+        const events = shaped.events.filter((e) => e.pid === op.pid);
+        assert.deepEqual(
+          events.map((e) => [e.cause, e.request?.path, typeof e.request?.stream_id]),
+          [["connection_reset", reset.path, "number"]],
+          JSON.stringify(events),
+        );
+      } finally {
+        await op.stop().catch((error: unknown) => console.error(String(error)));
+      }
+    } finally {
+      await shaped.stop();
     }
   });
 

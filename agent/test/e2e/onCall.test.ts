@@ -50,9 +50,16 @@ const ZERO_BY_DESIGN = new Set([
   "Span intake/s [B]",
   "Span index [B]",
   "Queue length",
+  // This scenario's operators are Node processes: no Go binary to follow per
+  // request (the Go request probes have their own e2e test, goRequests.test.ts).
+  "Go request probes: attached programs, followed targets, restarts [A]",
+  "Go request probes: attached programs, followed targets, restarts [B]",
+  "Go request probes: attached programs, followed targets, restarts [C]",
 ]);
 
 const RETRANSMITS_PANEL = "TCP retransmits/s by pod";
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("on-call: dashboard, alert and metrics against real Prometheus and Alertmanager, fed by the real agent", { skip: skipReason(), timeout: 150_000 }, () => {
   let stack: TestbedStack;
@@ -75,7 +82,8 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
       agentArgs: ["--target-comm", "^lwc-retrans$"],
       operators: [
         { mode: "swallow", namespace: "swallow", workers: 2 },
-        { mode: "correct", namespace: "correct", workers: 2 },
+        // Like client-go, it waits out a 429's retry-after and sends the write again.
+        { mode: "correct", namespace: "correct", workers: 2, throttleRetries: 2 },
       ],
       correlationWindow: "2s",
     });
@@ -136,6 +144,18 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
     await lose(correct, "noticed-refused", { action: "refuse", for: "2s", existing: "reset" }, "connection_reset");
     await waitFor("refused reconnects", () => stack.agent.events.some((e) => e.cause === "connect_failed" && e.errno === "ECONNREFUSED"), 15_000);
     await waitFor("the retried status to land", () => stack.statusOf("correct", "noticed-refused")?.observedGeneration === 1, 15_000);
+
+    // Throttled, then answered on the retry: no loss, a retry — twice, seconds
+    // apart, so the retry series has an increment rate() can see.
+    for (const name of ["throttled-retried", "throttled-retried-again"]) {
+      const retriedBefore = await stack.agent.metric("lostwrite_status_write_retried_total", { code: "429" });
+      stack.apiserver.control.addRule({ id: `correct-${name}`, method: "PATCH", path: `*/namespaces/correct/widgets/${name}/status`, action: "status", code: 429, retryAfterSeconds: 1 });
+      stack.createWidget("correct", name);
+      await waitFor(`the throttled write ${name} to land on its retry`, () => stack.statusOf("correct", name)?.observedGeneration === 1, 15_000);
+      await waitFor(`the retry of ${name} to be counted`, async () => (await stack.agent.metric("lostwrite_status_write_retried_total", { code: "429" })) > retriedBefore, 10_000);
+      assert.ok(!stack.agent.events.some((e) => e.reconcile?.name === name), `a retried write is no loss: ${name}`);
+      await sleep(2500);
+    }
 
     // A second unanswered close, seconds after the first (see the baseline above).
     await warm(swallow);

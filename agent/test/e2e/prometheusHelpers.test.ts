@@ -27,6 +27,7 @@ function feed(metrics: AgentMetrics): void {
   metrics.statusWriteLost.inc({ ...workload, controller: "", request: "unknown", cause: "connect_failed", errno: "ECONNREFUSED", noticed: "unknown" });
   metrics.connectionLosses.inc({ ...workload, reason: "reset" });
   metrics.retransmits.inc(workload, 3);
+  metrics.statusWriteRetries.inc({ namespace: workload.namespace, pod: workload.pod, code: "429" });
   metrics.probeRestarts.inc({ reason: "exited" }, 0);
   metrics.probeEventsLost.inc(0);
   metrics.probeParseErrors.inc(0);

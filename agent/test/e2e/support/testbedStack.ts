@@ -209,7 +209,8 @@ async function startOperatorProcess(opts: OperatorOptions & {
   const keepAlive = "data:text/javascript,setInterval(() => {}, 1 << 30)";
   const argv = [node, "--import", keepAlive, path.join(repoRoot, "testbed/operator/main.ts"), "--kubeconfig", opts.kubeconfig,
     "--mode", opts.mode, "--workers", String(opts.workers ?? 2), "--backoff-base-ms", "100",
-    ...(opts.namespace === undefined ? [] : ["--namespace", opts.namespace])];
+    ...(opts.namespace === undefined ? [] : ["--namespace", opts.namespace]),
+    ...(opts.throttleRetries ? ["--throttle-retries", String(opts.throttleRetries)] : [])];
   const [file, args] = setpriv ? [setpriv, ["--pdeathsig", "KILL", ...argv]] : [argv[0]!, argv.slice(1)];
   const child: ChildProcess = spawn(file, args, {
     cwd: repoRoot,
@@ -288,6 +289,8 @@ export interface OperatorOptions {
   namespace?: string;
   /** Reconcile workers (default 2). */
   workers?: number;
+  /** 429s waited out and sent again within the reconcile, as client-go does (default 0). */
+  throttleRetries?: number;
 }
 
 export interface StackOptions {
