@@ -102,7 +102,8 @@ func (op *operator) run() {
 		if err := op.watch(); err != nil {
 			fmt.Fprintln(os.Stderr, "watch:", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		// client-go's reflector backs off about a second before it watches again.
+		time.Sleep(time.Second)
 	}
 }
 

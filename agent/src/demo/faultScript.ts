@@ -40,7 +40,7 @@ function globMatches(glob: string, text: string): boolean {
 }
 
 /** The operators whose status writes (merge PATCH to …/status) the rule matches. */
-export function targetedOperators(rule: Rule, operators: readonly RunningOperator[]): RunningOperator[] {
+export function targetedOperators<T extends Pick<RunningOperator, "namespace">>(rule: Rule, operators: readonly T[]): T[] {
   if (rule.method !== undefined && rule.method !== "*" && rule.method.toUpperCase() !== "PATCH") return [];
   return operators.filter((op) => globMatches(rule.path, `/apis/${WIDGETS.replace(/\/widgets$/, "")}/namespaces/${op.namespace}/widgets/${widgetName(0)}/status`));
 }

@@ -1,7 +1,8 @@
 // `lostwrite demo`: the whole system on one machine. The testbed apiserver,
-// two sample operators (one swallows failed status writes, one handles
-// them), a status writer that writes into dead connections, the agent with
-// real probes on all three, and a fault script covering every loss cause. Detections appear as they
+// the sample operators (two Node ones: one swallows failed status writes,
+// one handles them; with Go installed, a Go one in client-go's shape that
+// swallows them), a status writer that writes into dead connections, the
+// agent with real probes on all of them, and a fault script covering every loss cause. Detections appear as they
 // happen; at the end each injected fault is paired with its detection, and
 // the exit code says whether they agree. Teardown always runs, also on
 // Ctrl-C and on errors.
@@ -18,7 +19,7 @@ import { identifiedRules, runFaultScript, targetedOperators, targetsWriter, slee
 import { commandLine, planInstall, readMachineState, runInstall } from "./install.ts";
 import { missingForDemo } from "./requirements.ts";
 import { Screen } from "./screen.ts";
-import { startStack, type DemoStack } from "./stack.ts";
+import { DEMO_OPERATORS, operatorLabel, startStack, type DemoStack } from "./stack.ts";
 import { expectedDetections, matchDetections, type DemoOperator, type MatchResult } from "./summary.ts";
 import { bracketHost as hostForUrl, splitHostPort } from "../hostPort.ts";
 
@@ -111,7 +112,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
 
   let stack: DemoStack | undefined;
   try {
-    screen.line(screen.style("bold", "lostwrite demo") + ": testbed apiserver, two sample operators, a status writer, the agent with real probes");
+    screen.line(screen.style("bold", "lostwrite demo") + ": testbed apiserver, sample operators, a status writer, the agent with real probes");
     screen.line(`  logs (agent, operators): ${path.join(dir, "demo.log")}`);
     const started = Date.now();
     stack = await startStack({
@@ -126,9 +127,18 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     const metricsUrl = `http://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}`;
     screen.line(`  ready in ${((Date.now() - started) / 1000).toFixed(1)} s, probe variant ${stack.agent.variant}`);
     for (const op of stack.operators) {
-      screen.line(`  operator ${op.mode.padEnd(7)} pid ${op.pid}, namespace ${op.namespace}: ${op.mode === "swallow" ? "logs a failed status write and reports success" : "returns the error and retries"}`);
+      const how = op.mode === "correct" ? "returns the error and retries" : op.runtime === "go" ? "drops a failed status write and reports success" : "logs a failed status write and reports success";
+      const runtime = op.runtime === "go" ? "Go, watch and writes on one HTTP/2 connection as client-go; " : "";
+      screen.line(`  ${operatorLabel(op).padEnd(20)} pid ${op.pid}, namespace ${op.namespace}: ${runtime}${how}`);
     }
-    screen.line(`  status writer   pid ${stack.writer.pid}, namespace ${stack.writer.namespace}: python3, writes into a dead connection as client-go does; sends no spans`);
+    // Steps for an operator this machine cannot run (the Go one, without a Go toolchain) are left out.
+    const running = stack.operators;
+    const absent = DEMO_OPERATORS.filter((spec) => !running.some((op) => op.namespace === spec.namespace));
+    for (const rule of rules.filter((r) => targetedOperators(r, absent).length > 0)) {
+      screen.line(screen.style("dim", `  ${rule.id}: left out (${absent.map(operatorLabel).join(", ")} not running: no Go toolchain)`));
+    }
+    rules = rules.filter((r) => targetedOperators(r, absent).length === 0);
+    screen.line(`  ${"status writer".padEnd(20)} pid ${stack.writer.pid}, namespace ${stack.writer.namespace}: python3, writes into a dead connection as client-go does; sends no spans`);
     screen.line(`  agent: ${metricsUrl}/metrics   events: ws://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}/events`);
     screen.line();
 
@@ -151,7 +161,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
       signal: stop.signal,
       onStep: ({ index, rule, state }) => {
         if (state === "started") {
-          const targets = targetedOperators(rule, live.operators).map((op) => `${op.mode} operator`);
+          const targets = targetedOperators(rule, live.operators).map(operatorLabel);
           if (targetsWriter(rule, live.writer)) targets.push("status writer");
           screen.stepStarted(index, rule.id, rule.action, targets.length > 0 ? `→ ${targets.join(", ")}` : `→ ${rule.method ?? "*"} ${rule.path}`);
         } else if (state === "skipped") {
@@ -168,7 +178,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     if (opts.duration !== undefined) await sleep(started + opts.duration - Date.now(), stop.signal);
 
     const operators: DemoOperator[] = [
-      ...stack.operators.map(({ mode, namespace, pid }) => ({ mode, namespace, pid })),
+      ...stack.operators.map(({ mode, namespace, pid, runtime }) => ({ mode, namespace, pid, runtime })),
       { mode: "writer", namespace: stack.writer.namespace, pid: stack.writer.pid },
     ];
     const byId = new Map<string, Rule>(rules.map((rule) => [rule.id, rule]));
@@ -266,7 +276,7 @@ function matchedLine(m: MatchResult["matched"][number], ok: string, bad: string,
   const request = e.request?.method != null ? `${e.request.method} ${e.request.path?.replace(/^.*\/namespaces\//, "…/") ?? ""}` : "request unknown";
   const after = ((Date.parse(e.time) - m.expected.timeMs) / 1000).toFixed(2);
   const operator = operators.find((op) => op.namespace === m.expected.operator);
-  const who = `${operator === undefined ? "?" : operator.mode === "writer" ? "status writer" : `${operator.mode} operator`}${e.pid !== null ? ` [${e.pid}]` : ""}`;
+  const who = `${operator === undefined ? "?" : operator.mode === "writer" ? "status writer" : operatorLabel({ mode: operator.mode, runtime: operator.runtime ?? "node" })}${e.pid !== null ? ` [${e.pid}]` : ""}`;
   return `${verdict} ${m.expected.rule.padEnd(18)} ${m.expected.cause.padEnd(28)} ${noticed}${wrong}  ${who.padEnd(24)} ${request}  (${after} s after)`;
 }
 

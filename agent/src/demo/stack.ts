@@ -1,10 +1,12 @@
-// The demo's running system: the testbed apiserver, two sample operators as
-// real child processes (one that swallows status-write errors, one that
-// handles them), a status writer that writes into dead connections, and the
-// agent in this process with real probes on all three.
+// The demo's running system: the testbed apiserver, the sample operators as
+// real child processes (a Node one that swallows status-write errors, one
+// that handles them, and — when Go is installed — a Go one in client-go's
+// shape that swallows them), a status writer that writes into dead
+// connections, and the agent in this process with real probes on all of them.
 // Start-up is ordered and whatever started is torn down on failure; close()
 // always runs every step, in reverse.
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess, type ChildProcessByStdio } from "node:child_process";
+import type { Readable } from "node:stream";
 import { createWriteStream, type WriteStream } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,6 +16,8 @@ import { startAgent, type RunningAgent } from "../pipeline.ts";
 import { createLogger } from "../sinks/log.ts";
 import { startStatusWriter, STATUS_WRITER_NAMESPACE, type StatusWriter } from "./statusWriter.ts";
 import { freeLoopbackPort } from "../loopbackPort.ts";
+import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
+import { goUnavailable } from "../../../testbed/goBuild.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 const OPERATOR_MAIN = path.join(repoRoot, "testbed/operator/main.ts");
@@ -27,12 +31,25 @@ export type OperatorMode = "correct" | "swallow";
 export interface OperatorSpec {
   mode: OperatorMode;
   namespace: string;
+  /** The Node operator (testbed/operator) or the Go one (testbed/go-operator: client-go's shape, one HTTP/2 connection). */
+  runtime: "node" | "go";
 }
 
 export const DEMO_OPERATORS: readonly OperatorSpec[] = [
-  { mode: "swallow", namespace: "silent" },
-  { mode: "correct", namespace: "careful" },
+  { mode: "swallow", namespace: "silent", runtime: "node" },
+  { mode: "correct", namespace: "careful", runtime: "node" },
+  { mode: "swallow", namespace: "go-silent", runtime: "go" },
 ];
+
+/** "swallow operator", "Go swallow operator". */
+export function operatorLabel(op: Pick<OperatorSpec, "mode" | "runtime">): string {
+  return `${op.runtime === "go" ? "Go " : ""}${op.mode} operator`;
+}
+
+/** The operators this machine can run: the Go one needs a Go toolchain to be built. */
+export function demoOperators(): OperatorSpec[] {
+  return DEMO_OPERATORS.filter((op) => op.runtime === "node" || goUnavailable() === null);
+}
 
 export interface RunningOperator extends OperatorSpec {
   pid: number;
@@ -69,6 +86,16 @@ export function widgetName(index: number): string {
   return `widget-${index + 1}`;
 }
 
+/** Builds and spawns the Go operator; it prints {"ready":true} once it watches. */
+async function startGoOperator(spec: OperatorSpec, apiserver: Apiserver, otlpPort: number, logFile: WriteStream, dir: string, signal?: AbortSignal): Promise<RunningOperator> {
+  const binary = await buildGoOperator(dir, { stripped: true });
+  const child = spawn(binary, [
+    "--server", apiserver.url, "--namespace", spec.namespace, "--mode", spec.mode, "--family", "xnet",
+    "--otlp", `http://127.0.0.1:${otlpPort}`,
+  ], { stdio: ["ignore", "pipe", "pipe"] });
+  return awaitStarted(spec, child, '"ready":true', logFile, signal);
+}
+
 /** Spawns an operator and waits for its "started" line (its informer has listed). */
 async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: number, logFile: WriteStream, signal?: AbortSignal): Promise<RunningOperator> {
   const child = spawn(
@@ -95,7 +122,11 @@ async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: n
       },
     },
   );
-  const prefix = `operator ${spec.mode}: `;
+  return awaitStarted(spec, child, '"msg":"started"', logFile, signal);
+}
+
+async function awaitStarted(spec: OperatorSpec, child: ChildProcessByStdio<null, Readable, Readable>, startedText: string, logFile: WriteStream, signal?: AbortSignal): Promise<RunningOperator> {
+  const prefix = `operator ${spec.runtime === "go" ? "go " : ""}${spec.mode}: `;
   let buffered = "";
   const started = new Promise<number>((resolve, reject) => {
     child.once("error", reject);
@@ -104,7 +135,7 @@ async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: n
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       logFile.write(chunk.split("\n").filter(Boolean).map((line) => prefix + line + "\n").join(""));
       buffered += chunk;
-      if (buffered.includes('"msg":"started"')) resolve(child.pid!);
+      if (buffered.includes(startedText)) resolve(child.pid!);
     });
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => logFile.write(prefix + chunk));
   });
@@ -118,6 +149,18 @@ async function startOperator(spec: OperatorSpec, kubeconfig: string, otlpPort: n
     throw err;
   } finally {
     clearTimeout(timeout);
+  }
+}
+
+/** The Go probe attaches after the agent is ready (it is compiled per binary). */
+async function waitForGoProbe(agent: RunningAgent, signal?: AbortSignal): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const attached = (await agent.metrics.goProbesAttached.get()).values[0]?.value ?? 0;
+    if (attached > 0) return;
+    if (signal?.aborted === true) throw new Error("interrupted");
+    if (Date.now() > deadline) throw new Error("the Go probe did not attach to the Go operator within 30 s");
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
 
@@ -151,7 +194,8 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     step("testbed apiserver");
     const apiserver = await startApiserver({ dir: opts.dir });
     teardown.push(() => apiserver.close());
-    for (const namespace of [...DEMO_OPERATORS.map((op) => op.namespace), STATUS_WRITER_NAMESPACE]) {
+    const specs = demoOperators();
+    for (const namespace of [...specs.map((op) => op.namespace), STATUS_WRITER_NAMESPACE]) {
       for (let i = 0; i < WIDGETS_PER_OPERATOR; i++) {
         apiserver.store.commit(WIDGETS, {
           apiVersion: "demo.lostwrite.dev/v1",
@@ -166,7 +210,10 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     const otlpPort = await freeLoopbackPort();
     const operators: RunningOperator[] = [];
     teardown.push(() => Promise.all(operators.map((op) => stopChild(op.child))).then(() => undefined));
-    const starting = DEMO_OPERATORS.map((spec) => startOperator(spec, apiserver.kubeconfigPath, otlpPort, logFile, opts.signal));
+    const starting = specs.map((spec) =>
+      spec.runtime === "go"
+        ? startGoOperator(spec, apiserver, otlpPort, logFile, opts.dir, opts.signal)
+        : startOperator(spec, apiserver.kubeconfigPath, otlpPort, logFile, opts.signal));
     // Every one that started is stopped at teardown, also when another failed.
     const settled = await Promise.allSettled(starting);
     for (const outcome of settled) if (outcome.status === "fulfilled") operators.push(outcome.value);
@@ -201,6 +248,10 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
     ]);
     const agent = await startAgent(config, log, { eventLog: null });
     teardown.push(() => agent.close());
+    if (operators.some((op) => op.runtime === "go")) {
+      step("agent: uprobes on the Go operator's binary");
+      await waitForGoProbe(agent, opts.signal);
+    }
 
     const bumpWidget = (namespace: string, name: string): void => {
       const current = apiserver.store.get(WIDGETS, namespace, name);

@@ -18,6 +18,8 @@ export interface DemoOperator {
   mode: "correct" | "swallow" | "writer";
   namespace: string;
   pid: number;
+  /** The Go sample operator (client-go's shape) rather than the Node one. */
+  runtime?: "node" | "go";
 }
 
 export interface ExpectedDetection {

@@ -56,8 +56,8 @@ describe("lostwrite demo", { skip: skipWithoutKernel() }, () => {
     assert.doesNotMatch(summary, /MISSED|INVENTED|✘/, explain);
 
     // The swallow operator's losses are silent; the correct operator's are noticed.
-    const swallowPid = /operator swallow +pid (\d+)/.exec(result.stdout)?.[1];
-    const correctPid = /operator correct +pid (\d+)/.exec(result.stdout)?.[1];
+    const swallowPid = /^ {2}swallow operator +pid (\d+)/m.exec(result.stdout)?.[1];
+    const correctPid = /^ {2}correct operator +pid (\d+)/m.exec(result.stdout)?.[1];
     assert.ok(swallowPid !== undefined && correctPid !== undefined, explain);
     const detections = result.stdout.split("\n").filter((line) => line.includes("▶ detected"));
     const silentOnes = detections.filter((line) => line.includes(" silent/"));
@@ -75,6 +75,11 @@ describe("lostwrite demo", { skip: skipWithoutKernel() }, () => {
       assert.equal(fromWriter.length, 1, `${cause} detections from the status writer${explain}`);
       assert.match(summary, new RegExp(`✔ \\S+ +${cause} +noticed=unknown +status writer \\[${writerPid}\\]`), explain);
     }
+    // The Go operator (built here: CI installs Go): its reset status write, on the HTTP/2
+    // connection its watch streams on, is found by its path from the uprobes on its binary.
+    const goPid = /^ {2}Go swallow operator +pid (\d+)/m.exec(result.stdout)?.[1];
+    assert.ok(goPid !== undefined, explain);
+    assert.match(summary, new RegExp(`✔ rst-go +connection_reset +SILENT +Go swallow operator \\[${goPid}\\] +PATCH …/go-silent/widgets/widget-\\d/status`), explain);
     assert.match(result.stdout, /stopped: operators, agent and testbed apiserver/);
   });
 });

@@ -26,8 +26,8 @@
 // lines can arrive out of order (a response's headers after the abort that
 // followed them). Lines are therefore applied in kernel-time order, each
 // once it is `holdNs` old. Socket-path losses of a process whose requests
-// this path follows wait in the same order and are dropped when this path
-// speaks for their connection: one lost request, one event.
+// this path follows wait in the same order and are dropped (all but failed
+// connects, which no request line describes): one lost request, one event.
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
 import type { LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
@@ -114,8 +114,6 @@ export class GoRequests {
   readonly #conns = new Map<string, Conn>();
   /** pid|stream pointer → conn key and stream id. */
   readonly #streams = new Map<string, { conn: string; streamId: number }>();
-  /** pid|peer → latest kernel time a request went out on it: the connections this path speaks for. */
-  readonly #covered = new Map<string, bigint>();
   /** Pids whose Go program is attached: their socket-path losses wait for this path's verdict. */
   readonly #attached = new Set<number>();
   #followed = 0;
@@ -142,7 +140,6 @@ export class GoRequests {
       for (const id of [...conn.streams.keys()]) this.#take(key, id);
       this.#conns.delete(key);
     }
-    for (const key of [...this.#covered.keys()]) if (key.startsWith(`${pid}|`)) this.#covered.delete(key);
   }
 
   /** A line of a Go program. */
@@ -262,9 +259,6 @@ export class GoRequests {
     // Without a peer there is no telling an apiserver from any other server.
     const peer = request.peer === null ? null : splitHostPort(request.peer);
     if (peer === null || !this.#o.isApiserver(peer.host, peer.port)) return;
-    this.#covered.delete(`${request.pid}|${request.peer}`);
-    this.#covered.set(`${request.pid}|${request.peer}`, request.writtenNs);
-    this.#bound(this.#covered);
     if (this.#followed >= this.#o.capacity) {
       this.#o.onDrop("capacity");
       return;
@@ -307,10 +301,15 @@ export class GoRequests {
     if (isStatusWrite(request.method, request.path)) this.#o.onLoss(eventOf(request, cause, atNs, statusCode));
   }
 
-  /** A socket-path loss on a connection whose requests this path follows: its requests are reported here. */
+  /**
+   * A socket-path loss of a process whose Go program is attached: its
+   * apiserver connections are Go's HTTP/2 client's, whose every request this
+   * path reads — a reset, a close or a failed write on one of them is either
+   * a request this path reports or no request at all (a watch, a PING).
+   * Only a failed connect precedes every request and is the socket path's.
+   */
   #speaksFor(event: SocketEvent): boolean {
-    if (event.cause === "connect_failed") return false; // no request was written: only the socket path sees it
-    return this.#covered.has(`${event.pid}|${event.apiserver}`);
+    return event.cause !== "connect_failed";
   }
 
   #bound(map: Map<string, unknown>): void {
