@@ -56,7 +56,10 @@ export class GoProbes {
   }
 
   start(): void {
-    this.#timer = setInterval(() => this.#o.requests.drain(this.#o.nowNs()), this.#o.drainIntervalMs);
+    this.#timer = setInterval(() => {
+      this.#o.requests.drain(this.#o.nowNs());
+      this.#o.metrics.queueLength.set({ queue: "goRequests" }, this.#o.requests.size.queued);
+    }, this.#o.drainIntervalMs);
     this.#timer.unref();
   }
 
@@ -66,11 +69,6 @@ export class GoProbes {
       this.#o.log.warnRateLimited("go-probes", "Go probe update failed", { error: String(error) });
     });
     return Promise.resolve();
-  }
-
-  /** Resolves once every change so far is applied (tests, start-up). */
-  settled(): Promise<void> {
-    return this.#work;
   }
 
   async stop(): Promise<void> {
