@@ -84,6 +84,8 @@ export interface GoRequestsOptions {
   onDrop: (reason: "capacity") => void;
   /** How old a line must be before it is applied (default 50 ms). */
   holdNs?: bigint;
+  /** How long after an abort a reset or connection end still explains it (default 100 ms). */
+  abortGraceNs?: bigint;
   /** Requests followed at once, and lines waiting to be applied (default 65536 each). */
   capacity?: number;
 }
@@ -111,6 +113,8 @@ export class GoRequests {
   readonly #o: Required<GoRequestsOptions>;
   readonly #queue: Queued[] = [];
   readonly #assembling = new Map<string, Assembling>();
+  /** Aborted streams waiting for their verdict, in kernel-time order. */
+  readonly #aborts: { conn: string; streamId: number; stream: bigint; atNs: bigint }[] = [];
   readonly #conns = new Map<string, Conn>();
   /** pid|stream pointer → conn key and stream id. */
   readonly #streams = new Map<string, { conn: string; streamId: number }>();
@@ -119,7 +123,7 @@ export class GoRequests {
   #followed = 0;
 
   constructor(opts: GoRequestsOptions) {
-    this.#o = { holdNs: 50_000_000n, capacity: 65_536, onFollowing: () => {}, ...opts };
+    this.#o = { holdNs: 50_000_000n, abortGraceNs: 100_000_000n, capacity: 65_536, onFollowing: () => {}, ...opts };
   }
 
   /** The Go program of `pid` attached (true) or went away (false). */
@@ -180,11 +184,28 @@ export class GoRequests {
     let applied = 0;
     while (applied < this.#queue.length && this.#queue[applied]!.ts <= until) applied++;
     for (const entry of this.#queue.splice(0, applied)) this.#apply(entry);
+    this.#judgeAborts(until - this.#o.abortGraceNs);
   }
 
   /** Applies everything waiting (shutdown). */
   flush(): void {
     for (const entry of this.#queue.splice(0)) this.#apply(entry);
+    this.#judgeAborts(null);
+  }
+
+  /**
+   * Streams the client aborted and nothing else ended since (no answer, no
+   * reset, no connection end within abortGraceNs): the client gave up.
+   */
+  #judgeAborts(until: bigint | null): void {
+    let judged = 0;
+    while (judged < this.#aborts.length && (until === null || this.#aborts[judged]!.atNs <= until)) judged++;
+    for (const abort of this.#aborts.splice(0, judged)) {
+      const open = this.#conns.get(abort.conn)?.streams.get(abort.streamId);
+      if (open === undefined || open.stream !== abort.stream) continue; // answered or ended otherwise meanwhile
+      this.#take(abort.conn, abort.streamId);
+      this.#lose(open, "client_gave_up", abort.atNs, null);
+    }
   }
 
   /** Requests followed now (in flight) and lines waiting. */
@@ -246,10 +267,15 @@ export class GoRequests {
         return;
       }
       case "go_abort": {
+        // Not judged yet: a write into a reset connection aborts the stream
+        // too, a moment before the read loop sees the connection end.
         const where = this.#streams.get(`${record.pid}|${record.stream}`);
         if (where === undefined) return;
-        const request = this.#take(where.conn, where.streamId);
-        if (request !== undefined) this.#lose(request, "client_gave_up", record.ts, null);
+        if (this.#aborts.length >= this.#o.capacity) {
+          this.#o.onDrop("capacity");
+          this.#judgeAborts(this.#aborts[0]!.atNs); // the oldest is judged early
+        }
+        this.#aborts.push({ ...where, stream: record.stream, atNs: record.ts });
         return;
       }
     }

@@ -112,6 +112,13 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(losses.map((l) => [l.cause, l.unansweredForMs]), [["client_gave_up", 2000]]);
   });
 
+  it("an abort right before the connection's end is the connection's loss: a write into a reset socket aborts first", () => {
+    const { go, losses } = harness();
+    feed(go, [...request(1n * MS, 5, "PATCH", STATUS_PATH), abort(20n * MS, 5), closed(25n * MS, 7)]);
+    go.drain(3000n * MS);
+    assert.deepEqual(losses.map((l) => l.cause), ["connection_reset"]);
+  });
+
   it("RST_STREAM: REFUSED_STREAM is Go's own retry, any other code a stream_reset", () => {
     const { go, losses, retries } = harness();
     feed(go, [
