@@ -18,6 +18,12 @@
 // its kernel loss went out alone does not report it again. A rejected write
 // that the client retried and then completed is a retry, not a loss.
 //
+// A kernel event may carry the request itself (Go's HTTP/2 probe reads it):
+// it is then matched to spans by identity (same request, same object), a
+// refusal among them waits for its retry, and span losses of such a process
+// wait briefly for the kernel's verdict, which comes ordered and so a little
+// later than the operator's spans.
+//
 // All time decisions use the injected `now()`, and work happens only in
 // addSocketEvent / addSpans / tick, so a recorded session replays to the same
 // events in the same order.
