@@ -31,7 +31,7 @@
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
 import type { LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
-import type { PrintfRecordOf } from "../probe/probeLines.ts";
+import { PROBE_FAMILIES, type PrintfRecordOf } from "../probe/probeLines.ts";
 import { isStatusWrite } from "../spans/spanAttributes.ts";
 import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
 
@@ -44,7 +44,8 @@ export type GoRecord =
   | PrintfRecordOf<"go_conn_closed">
   | PrintfRecordOf<"go_abort">;
 
-const GO_KINDS = new Set<string>(["go_request", "go_path", "go_headers", "go_reset", "go_goaway", "go_conn_closed", "go_abort"]);
+/** The go_* kinds of the Go family's line table (its hello and tick are the supervisor's). */
+const GO_KINDS = new Set<string>(Object.keys(PROBE_FAMILIES.goHttp2).filter((kind) => kind.startsWith("go_")));
 
 export function isGoRecord(record: { type: string }): record is GoRecord {
   return GO_KINDS.has(record.type);
