@@ -19,7 +19,7 @@ import type { RuleInput } from "../../../testbed/apiserver/scenario.ts";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
-import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
@@ -30,6 +30,14 @@ const WRITE_TIMEOUT = "1s";
 const RETRY_WAIT = "2s";
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Whether the agent logged `msg` for a Go probe program that follows `pid`.
+ * Per pid, not a count of programs: another Go program on the machine, or the
+ * previous test's program still stopping, must not pass for this one.
+ */
+const loggedFor = (log: LogLine[], msg: "Go probe attached" | "Go probe detached", pid: number): boolean =>
+  log.some((line) => line.msg === msg && Array.isArray(line.pids) && line.pids.includes(pid));
 
 function skipReason(): string | false {
   const kernel = skipWithoutKernel();
@@ -49,6 +57,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
   let dir: string;
   let api: Apiserver;
   let agent: AgentProcess;
+  let agentLog: LogLine[];
   const binaries: Record<"stripped" | "symbols", string> = { stripped: "", symbols: "" };
   let widgetSeq = 0;
 
@@ -69,6 +78,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       "--correlation-window", RETRY_WAIT,
       "--span-grace", "0s",
     ]);
+    agentLog = followLog(agent.child);
   });
 
   after(async () => {
@@ -77,8 +87,6 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     await api?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
-
-  const attached = (): Promise<number> => agent.metric("lostwrite_go_probes_attached");
 
   async function startOperator(binary: string, family: "xnet" | "std", namespace: string): Promise<Operator> {
     const child = spawn(binary, [
@@ -91,10 +99,11 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
         child.kill("SIGKILL");
         await new Promise((resolve) => child.once("exit", resolve));
       }
-      await waitFor("the Go probe of a stopped operator to detach", async () => (await attached()) === 0, 15_000);
+      await waitFor(`the Go probe of the stopped operator [${pid}] to detach`, () => loggedFor(agentLog, "Go probe detached", pid), 30_000);
     };
     // Its program attached: uprobes on its binary, filtered to its pid.
-    await waitFor(`the Go probe to attach to ${path.basename(binary)} [${pid}]`, async () => (await attached()) === 1, 30_000);
+    await waitFor(`the Go probe to attach to ${path.basename(binary)} [${pid}]`, () => loggedFor(agentLog, "Go probe attached", pid), 30_000);
+    assert.ok((await agent.metric("lostwrite_go_probes_attached")) >= 1, "an attached program is counted");
     return { child, pid, namespace, stop };
   }
 
@@ -206,11 +215,12 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       { LOSTWRITE_PROC_ROOT: shape.procRoot },
       { wrap: (argv) => inDeployedShape(argv, shape) },
     );
+    const shapedLog = followLog(shaped.child);
     try {
       const op = await startOperator(binaries.stripped, "xnet", "shaped");
       try {
         // Through /host/proc/<pid>/exe, with host pids in the filter, from inside the agent's PID namespace.
-        await waitFor("the shaped agent's Go probe to attach", async () => (await shaped.metric("lostwrite_go_probes_attached")) === 1, 30_000);
+        await waitFor("the shaped agent's Go probe to attach", () => loggedFor(shapedLog, "Go probe attached", op.pid), 30_000);
         const reset = statusWrite(op, { action: "reset" });
         await waitFor("the shaped agent to report the reset write", () => shaped.events.some((e) => e.request?.path === reset.path), 20_000);
         await sleep(2000);

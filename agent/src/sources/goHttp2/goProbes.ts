@@ -151,6 +151,7 @@ export class GoProbes {
       if (binary.counted) this.#o.metrics.goProbesAttached.dec();
       binary.counted = false;
       await old.stop();
+      this.#o.log.info("Go probe detached", { pids: binary.renderedFor.split(",").map(Number) });
     }
     binary.renderedFor = renderedFor;
     if (pids.length === 0 || this.#stopped) return;
