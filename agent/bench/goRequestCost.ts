@@ -8,7 +8,10 @@
 // keeps one golang.org/x/net/http2 connection, as client-go does, and sends
 // status PATCHes one after the other. Per round, in an order rotated every
 // round: the client alone; the client with the Go probe program lostwrite
-// renders for its binary (uprobes on its functions, filtered to its pid).
+// renders for its binary (uprobes on its functions, filtered to its pid) —
+// for this stripped binary, past each function's stack check; and the same
+// program with its uprobes at the function entries, where they go in a
+// binary with symbols (see stackCheckPrologue.ts for why the two differ).
 // The client's CPU time is its whole process's (getrusage: a uprobe's cost is
 // charged to whichever thread hit it); the server's is read from /proc, to
 // show that a process the probe does not follow pays nothing. In each probe
@@ -105,14 +108,24 @@ async function main(): Promise<void> {
     await client.nextLine(); // "ready PID": its connection is open
     const inspected = await inspectGoBinary(`/proc/${client.pid}/exe`);
     if (!inspected.ok) throw new Error(`cannot probe the bench client: ${inspected.reason}`);
-    const program = renderGoProgram({ binary: `/proc/${client.pid}/exe`, families: inspected.families, pids: [client.pid] });
+    const binaryPath = `/proc/${client.pid}/exe`;
+    const atEntries = inspected.families.map((f) => ({
+      ...f,
+      functions: Object.fromEntries(Object.entries(f.functions).map(([fn, l]) => [fn, { ...l, probeOffset: l.fileOffset }])) as typeof f.functions,
+    }));
+    const programs = {
+      probe: renderGoProgram({ binary: binaryPath, families: inspected.families, pids: [client.pid] }),
+      entry: renderGoProgram({ binary: binaryPath, families: atEntries, pids: [client.pid] }),
+    };
+    type Phase = "none" | keyof typeof programs;
+    const phases: Phase[] = inspected.probePlacement === "entry" ? ["none", "probe"] : ["none", "probe", "entry"];
 
-    const cost = { none: [] as number[], probe: [] as number[] };
-    const wall = { none: [] as number[], probe: [] as number[] };
-    const serverCost = { none: [] as number[], probe: [] as number[] };
+    const cost = { none: [] as number[], probe: [] as number[], entry: [] as number[] };
+    const wall = { none: [] as number[], probe: [] as number[], entry: [] as number[] };
+    const serverCost = { none: [] as number[], probe: [] as number[], entry: [] as number[] };
     const attach: number[] = [];
     const rss: number[] = [];
-    const measure = async (phase: "none" | "probe"): Promise<void> => {
+    const measure = async (phase: Phase): Promise<void> => {
       let best = { cpu: Infinity, wall: Infinity, server: Infinity };
       for (let run = 0; run < RUNS_PER_PHASE; run++) {
         const serverBefore = processCpuNs(server.pid);
@@ -125,30 +138,38 @@ async function main(): Promise<void> {
       serverCost[phase].push(best.server);
     };
     for (let round = 0; round < rounds; round++) {
-      for (const phase of round % 2 === 0 ? (["none", "probe"] as const) : (["probe", "none"] as const)) {
+      // Rotated every round, so that no phase always runs first or last.
+      for (const phase of phases.map((_, i) => phases[(i + round) % phases.length]!)) {
         if (phase === "none") {
           await measure("none");
           continue;
         }
-        const probe = await startProbe(program, dir);
-        attach.push(probe.attachMs);
-        rss.push(probe.rssKib);
-        await measure("probe");
+        const probe = await startProbe(programs[phase], dir);
+        if (phase === "probe") {
+          attach.push(probe.attachMs);
+          rss.push(probe.rssKib);
+        }
+        await measure(phase);
         await new Promise((r) => setTimeout(r, 300)); // the last lines out of the perf buffers
         const seen = probe.requestLines();
         await probe.stop();
         if (seen < requests * RUNS_PER_PHASE) throw new Error(`the probe saw ${seen} of ${requests * RUNS_PER_PHASE} requests: not the probed path`);
       }
     }
-    const added = cost.probe.map((ns, i) => ns - cost.none[i]!);
+    const added = (phase: Exclude<Phase, "none">): number[] => cost[phase].map((ns, i) => ns - cost.none[i]!);
     const row = (label: string, values: number[]): string => `${label.padEnd(44)} ${median(values).toFixed(0).padStart(8)}   (${Math.min(...values).toFixed(0)}–${Math.max(...values).toFixed(0)})`;
     console.log(`Go HTTP/2 request cost: ${rounds} rounds × ${RUNS_PER_PHASE} runs × ${requests} sequential status PATCHes, one connection`);
-    console.log(`kernel ${os.release()}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, ${inspected.goVersion}, x/net ${inspected.xNet?.version ?? "?"}, ${inspected.families.map((f) => f.name).join(" + ")} probed`);
+    console.log(`kernel ${os.release()}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, ${inspected.goVersion}, x/net ${inspected.xNet?.version ?? "?"}, ${inspected.families.map((f) => f.name).join(" + ")} probed, uprobes at: ${inspected.probePlacement}`);
     console.log("                                               median   (range)");
     console.log(row("client CPU ns/request, no probe", cost.none));
     console.log(row("client CPU ns/request, Go probe attached", cost.probe));
-    console.log(row("  added CPU ns/request (per-round pairs)", added));
+    console.log(row("  added CPU ns/request (per-round pairs)", added("probe")));
     console.log(`  ratio                                          ${(median(cost.probe) / median(cost.none)).toFixed(3)}`);
+    if (phases.includes("entry")) {
+      console.log(row("client CPU ns/request, probes at entries", cost.entry));
+      console.log(row("  added CPU ns/request (per-round pairs)", added("entry")));
+      console.log(`  ratio                                          ${(median(cost.entry) / median(cost.none)).toFixed(3)}`);
+    }
     console.log(row("client wall ns/request, no probe", wall.none));
     console.log(row("client wall ns/request, Go probe attached", wall.probe));
     console.log(row("server CPU ns/request, no probe", serverCost.none));

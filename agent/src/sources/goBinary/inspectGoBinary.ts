@@ -16,15 +16,20 @@ import { allHttp2Symbols, HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, ty
 import { NotInspectable } from "./notInspectable.ts";
 import { locatePclntab, type PclntabLocation } from "./pclntabLocation.ts";
 import type { PclntabLayout } from "./pclntabHeader.ts";
-import { PROLOGUE_BYTES, startsWithGoStackCheck } from "./stackCheckPrologue.ts";
+import { PROLOGUE_BYTES, stackCheckBranchOffset, startsWithGoStackCheck } from "./stackCheckPrologue.ts";
 
 export interface FunctionLocation {
   /** The pclntab name, e.g. "net/http.(*http2ClientConn).writeHeaders". */
   symbol: string;
   /** Entry address as linked (the address `go tool nm` prints). */
   vaddr: number;
-  /** Offset of the entry in the file: what `uprobe:/path:0xOFF` takes. */
+  /** Offset of the entry in the file. */
   fileOffset: number;
+  /**
+   * What `uprobe:/path:0xOFF` takes: the branch that ends the entry's stack
+   * check where bpftrace allows it, else the entry (see probePlacement).
+   */
+  probeOffset: number;
 }
 
 export interface Http2Family {
@@ -55,7 +60,19 @@ export interface GoBinaryInspected {
   families: Http2Family[];
   /** Families with some but not all functions: usually a release whose code the probes do not know. */
   incompleteFamilies: IncompleteHttp2Family[];
+  /** Where the uprobes go: see probePlacement. */
+  probePlacement: ProbePlacement;
 }
+
+/**
+ * "stack check branch": after the entry's stack check, on the jump the
+ * kernel emulates (a cheaper uprobe; see stackCheckBranchOffset). bpftrace
+ * 0.17 (built without offset support, as Debian ships it) refuses an address
+ * inside a function it can name, so this is only possible in a binary without
+ * a symbol table; with one, "entry". A function whose stack check is not
+ * followed by that jump is probed at its entry either way.
+ */
+export type ProbePlacement = "stack check branch" | "entry";
 
 export interface GoBinaryRejected {
   ok: false;
@@ -107,10 +124,11 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
   const entries = await findFunctionEntries(source, pclntab, textStart(image, pclntab), allHttp2Symbols());
   const families: Http2Family[] = [];
   const incompleteFamilies: IncompleteHttp2Family[] = [];
+  const placement: ProbePlacement = findSection(image, ".symtab") === undefined ? "stack check branch" : "entry";
   for (const name of HTTP2_FAMILY_NAMES) {
     const found = HTTP2_FUNCTIONS.filter((fn) => entries.has(HTTP2_SYMBOLS[name][fn]));
     if (found.length === HTTP2_FUNCTIONS.length) {
-      families.push({ name, functions: await locateFunctions(source, image, name, entries) });
+      families.push({ name, functions: await locateFunctions(source, image, name, entries, placement) });
     } else if (found.length > 0) {
       incompleteFamilies.push({ name, found, missing: HTTP2_FUNCTIONS.filter((fn) => !found.includes(fn)) });
     }
@@ -134,6 +152,7 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
     xNet: buildInfo?.modules.get("golang.org/x/net") ?? null,
     families,
     incompleteFamilies,
+    probePlacement: placement,
   };
 }
 
@@ -155,6 +174,7 @@ async function locateFunctions(
   image: ElfImage,
   family: Http2FamilyName,
   entries: Map<string, number>,
+  placement: ProbePlacement,
 ): Promise<Record<Http2Function, FunctionLocation>> {
   const located = {} as Record<Http2Function, FunctionLocation>;
   for (const fn of HTTP2_FUNCTIONS) {
@@ -173,7 +193,8 @@ async function locateFunctions(
           "refusing an address where a uprobe could land mid-instruction",
       );
     }
-    located[fn] = { symbol, vaddr, fileOffset };
+    const branch = placement === "stack check branch" ? stackCheckBranchOffset(code) : null;
+    located[fn] = { symbol, vaddr, fileOffset, probeOffset: fileOffset + (branch ?? 0) };
   }
   return located;
 }

@@ -163,7 +163,7 @@ export function renderGoProgram(target: GoProbeTarget): string {
   const probes = target.families.flatMap((family) =>
     (Object.keys(BODIES) as Http2Function[]).map((fn) => {
       const location = family.functions[fn];
-      return `// ${location.symbol}\nuprobe:${target.binary}:0x${location.fileOffset.toString(16)} /${filter}/ {${BODIES[fn]}\n}`;
+      return `// ${location.symbol}\nuprobe:${target.binary}:0x${location.probeOffset.toString(16)} /${filter}/ {${BODIES[fn]}\n}`;
     }),
   );
   return [

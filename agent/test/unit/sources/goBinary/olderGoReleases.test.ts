@@ -48,6 +48,8 @@ describe("inspectGoBinary on Go releases before 1.18", () => {
         symbol: XNET[fn],
         vaddr: syntheticVaddr(expected),
         fileOffset: syntheticFileOffset(expected),
+        // No symbols, but no JLS after the synthetic stack check either: probed at the entry.
+        probeOffset: syntheticFileOffset(expected),
       });
     }
   });
