@@ -119,7 +119,7 @@ export class GoProbes {
     const binary: Binary = { inspected: report.ok ? report : report.reason, pids: new Set(), program: null, renderedFor: "", counted: false };
     if (report.ok) {
       this.#o.log.info("Go HTTP/2 client found: requests are followed", {
-        pid, go: report.goVersion, families: report.families.map((f) => f.name),
+        pid, go: report.goVersion, families: report.families.map((f) => f.name), uprobesAt: report.probePlacement,
       });
     } else {
       this.#o.log.info("target binary cannot be followed per request; socket path only", { pid, reason: report.reason });
