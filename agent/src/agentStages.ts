@@ -12,7 +12,7 @@ import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
 import { startHttpServer } from "./sinks/httpServer.ts";
 import type { Logger } from "./sinks/log.ts";
 import type { AgentMetrics } from "./sinks/metrics.ts";
-import { createTraceSink, type TraceSink } from "./sinks/traces.ts";
+import { createTraceSink, DISABLED_TRACE_SINK, type TraceSink } from "./sinks/traces.ts";
 import type { EndpointSync } from "./sources/probe/endpointSync.ts";
 import { startOtlpReceiver, type OtlpReceiver, type OtlpReceiverOptions } from "./sources/spans/otlpReceiver.ts";
 import { openRecordWriter, type RecordWriter } from "./sources/record/writer.ts";
@@ -89,16 +89,22 @@ export class FeedStage implements Stage, LossSink {
  */
 export class TraceStage implements Stage, LossSink {
   readonly name = "trace export";
-  private readonly sink: TraceSink;
+  private readonly wanted: boolean;
+  private readonly metrics: AgentMetrics;
+  private readonly log: Logger;
+  private sink: TraceSink = DISABLED_TRACE_SINK;
 
   constructor(metrics: AgentMetrics, log: Logger, env: NodeJS.ProcessEnv = process.env) {
-    const wanted =
+    this.metrics = metrics;
+    this.log = log;
+    this.wanted =
       env.OTEL_TRACES_EXPORTER !== "none" &&
       Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_TRACES_EXPORTER);
-    this.sink = createTraceSink({ enabled: wanted, logger: log, metrics });
   }
 
-  start(): void {}
+  async start(): Promise<void> {
+    this.sink = await createTraceSink({ enabled: this.wanted, logger: this.log, metrics: this.metrics });
+  }
 
   publish(event: LossEvent): void {
     this.sink.export(event);

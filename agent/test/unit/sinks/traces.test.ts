@@ -80,7 +80,7 @@ function spans(): { span: JsonSpan; resource: Map<string, JsonAnyValue> }[] {
 void describe("trace sink", () => {
   void it("exports a 'status write lost' span into the operator's trace, at the kernel time, with the attributes", async () => {
     received.length = 0;
-    const sink = createTraceSink({ enabled: true });
+    const sink = await createTraceSink({ enabled: true });
     const event = sampleEvent({ time: "2026-12-02T15:04:05.123456789Z" });
     sink.export(event);
     // Not matched to a span: nothing to hang it on, so nothing is exported.
@@ -124,7 +124,7 @@ void describe("trace sink", () => {
     let logged = "";
     out.on("data", (c: Buffer) => (logged += c.toString("utf8")));
     const metrics = new AgentMetrics();
-    const sink = createTraceSink({ enabled: true, serviceName: "lostwrite-test", logger: createLogger(out), metrics });
+    const sink = await createTraceSink({ enabled: true, serviceName: "lostwrite-test", logger: createLogger(out), metrics });
     received.length = 0;
     assert.doesNotThrow(() => {
       sink.export(sampleEvent({ trace_id: "not-hex", span_id: "00f067aa0ba902b7" }));
@@ -152,7 +152,7 @@ void describe("trace sink", () => {
     delete process.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL;
     received.length = 0;
     try {
-      const sink = createTraceSink({ enabled: true });
+      const sink = await createTraceSink({ enabled: true });
       sink.export(sampleEvent());
       await sink.shutdown();
     } finally {
@@ -169,7 +169,7 @@ void describe("trace sink", () => {
 
   void it("is a no-op when disabled", async () => {
     received.length = 0;
-    const sink = createTraceSink({ enabled: false });
+    const sink = await createTraceSink({ enabled: false });
     sink.export(sampleEvent());
     await sink.shutdown();
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -185,7 +185,7 @@ void describe("trace sink", () => {
     let logged = "";
     out.on("data", (c: Buffer) => (logged += c.toString("utf8")));
     try {
-      const sink = createTraceSink({ enabled: true, logger: createLogger(out), shutdownTimeoutMs: 1000 });
+      const sink = await createTraceSink({ enabled: true, logger: createLogger(out), shutdownTimeoutMs: 1000 });
       for (let i = 0; i < 5; i++) assert.doesNotThrow(() => sink.export(sampleEvent({ pid: i })));
       const deadline = Date.now() + 5000;
       while (!logged.includes("ECONNREFUSED") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
