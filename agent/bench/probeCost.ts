@@ -35,6 +35,9 @@
 // ran on the machine during a phase. Such a bpftrace adds its own probes'
 // cost, so a phase first waits a while for it to finish, and a round in which
 // one ran anyway is left out of the table when at least one round was clean.
+// Last, per configuration, each BPF program's own run time from the kernel
+// (kernel.bpf_stats_enabled, on while the bench runs): how often it ran in a
+// phase and its ns per run — where the added nanoseconds go.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -43,6 +46,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { attachedBpftracePids, descendants, sleep, startAgentRun, type AgentRun } from "./agentRun.ts";
+import { enableBpfStats, programStats } from "./bpfProgramStats.ts";
 import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 
@@ -197,7 +201,9 @@ async function main(): Promise<void> {
   const children: LineProcess[] = [];
   let agent: AgentRun | null = null;
   let interrupted = false;
+  const restoreBpfStats = enableBpfStats();
   const teardown = async (): Promise<void> => {
+    restoreBpfStats();
     const running = agent;
     agent = null;
     await running?.stop();
@@ -244,6 +250,8 @@ async function main(): Promise<void> {
     const contaminated = new Set<number>();
     let quietBudgetMs = QUIET_WAIT_BUDGET_MS;
     const agentCpu = new Map<string, number[]>();
+    /** configuration → program name → per phase: runs, ns per run. */
+    const programCost = new Map<string, Map<string, { runs: number[]; nsPerRun: number[] }>>();
     const phases = rounds * CONFIGURATIONS.length;
     let phase = 0;
 
@@ -299,6 +307,14 @@ async function main(): Promise<void> {
           const deadline = Date.now() + COUNT_WAIT_MS;
           while ((seen = await running.countedWrites()) < expectedCount && Date.now() < deadline) await sleep(200);
           counted.set(config.key, [...(counted.get(config.key) ?? []), seen]);
+          for (const program of programStats(running.bpftrace)) {
+            const byName = programCost.get(config.key) ?? new Map<string, { runs: number[]; nsPerRun: number[] }>();
+            programCost.set(config.key, byName);
+            const entry = byName.get(program.name) ?? { runs: [], nsPerRun: [] };
+            byName.set(program.name, entry);
+            entry.runs.push(program.runs);
+            if (program.runs > 0) entry.nsPerRun.push(program.runTimeNs / program.runs);
+          }
           const restarts = await running.restarts();
           if (restarts > 0) restarted.push(`round ${round + 1} ${config.label}: ${restarts}`);
           agentCpu.set(config.key, [...(agentCpu.get(config.key) ?? []), agentCpuShare]);
@@ -347,6 +363,14 @@ async function main(): Promise<void> {
         : `note:     other bpftrace processes ran during ${foreign.length} of ${phases} phases:\n          ${foreign.join("\n          ")}`,
     );
     if (restarted.length > 0) out(`warning:  the agent restarted bpftrace during a phase (probe briefly detached): ${restarted.join("; ")}`);
+    out();
+    out("BPF programs' own run time (kernel.bpf_stats_enabled), median over phases; the probe's entry and exit come on top");
+    out(`${"configuration".padEnd(17)}${"program".padEnd(17)}${"runs/phase".padStart(12)}${"ns/run".padStart(9)}`);
+    for (const config of CONFIGURATIONS) {
+      for (const [name, { runs, nsPerRun }] of [...(programCost.get(config.key) ?? [])].sort(([a], [b]) => a.localeCompare(b))) {
+        out(`${config.label.padEnd(17)}${name.padEnd(17)}${median(runs).toFixed(0).padStart(12)}${(nsPerRun.length ? median(nsPerRun).toFixed(0) : "—").padStart(9)}`);
+      }
+    }
     out(`load:     ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (1/5/15 min, at end); took ${((Date.now() - started) / 1000).toFixed(0)} s`);
   } catch (err) {
     if (interrupted) return;

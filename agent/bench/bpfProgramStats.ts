@@ -1,0 +1,60 @@
+// Where a probe's nanoseconds go, from the kernel itself: with
+// kernel.bpf_stats_enabled on, every BPF program keeps run_time_ns and
+// run_cnt, the time spent in the program proper and how often it ran. That
+// is the program's own cost, without the tracepoint's or uprobe's entry and
+// exit around it (which the timed loops see on top). The counters cost a
+// little themselves while on, so they are on only while the bench runs.
+import { execFileSync } from "node:child_process";
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+
+const STATS_SWITCH = "/proc/sys/kernel/bpf_stats_enabled";
+
+export interface ProgramStats {
+  id: number;
+  /** The kernel's name for it (at most 15 characters: bpftrace names programs after their probe). */
+  name: string;
+  runs: number;
+  runTimeNs: number;
+}
+
+/** Turns the kernel's per-program statistics on; returns what turns them back to how they were. */
+export function enableBpfStats(): () => void {
+  const before = readFileSync(STATS_SWITCH, "utf8").trim();
+  writeFileSync(STATS_SWITCH, "1");
+  return () => writeFileSync(STATS_SWITCH, before);
+}
+
+/** The BPF programs `pids` hold open, with their counters so far; named through bpftool when it is there. */
+export function programStats(pids: readonly number[]): ProgramStats[] {
+  const found: ProgramStats[] = [];
+  for (const pid of pids) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue; // exited meanwhile
+    }
+    for (const fd of fds) {
+      try {
+        if (readlinkSync(`/proc/${pid}/fd/${fd}`) !== "anon_inode:bpf-prog") continue;
+        const info = readFileSync(`/proc/${pid}/fdinfo/${fd}`, "utf8");
+        const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)$`, "m").exec(info)?.[1] ?? NaN);
+        found.push({ id: field("prog_id"), name: "", runs: field("run_cnt"), runTimeNs: field("run_time_ns") });
+      } catch {
+        // closed meanwhile
+      }
+    }
+  }
+  const names = programNames();
+  for (const program of found) program.name = names.get(program.id) ?? `prog ${program.id}`;
+  return found;
+}
+
+function programNames(): Map<number, string> {
+  try {
+    const listing = JSON.parse(execFileSync("bpftool", ["prog", "show", "-j"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })) as { id: number; name?: string }[];
+    return new Map(listing.map((p) => [p.id, p.name ?? `prog ${p.id}`]));
+  } catch {
+    return new Map(); // no bpftool: programs go by id
+  }
+}
