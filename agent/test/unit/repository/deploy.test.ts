@@ -477,3 +477,14 @@ void test("the plain Prometheus scrape config keeps the agent's labels, adds the
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+void test("every volume mount carries a comment saying why", async () => {
+  const doc = parseDocument(await readFile(`${ROOT}deploy/base/daemonset.yaml`, "utf8"));
+  const mounts = doc.getIn(["spec", "template", "spec", "containers", 0, "volumeMounts"], true);
+  assert.ok(isSeq(mounts));
+  mounts.items.forEach((item, i) => {
+    const node = item as { commentBefore?: string | null; get(key: string): unknown };
+    const comment = node.commentBefore ?? (i === 0 ? mounts.commentBefore : null) ?? "";
+    assert.ok(comment.trim().length > 20, `volume mount ${String(node.get("name"))} has no justification comment`);
+  });
+});
