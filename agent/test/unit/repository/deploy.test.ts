@@ -354,6 +354,7 @@ void test("each component renders on the base, validates, and changes exactly wh
 void test("all components together render and validate", { skip: skipReason ?? false }, async () => {
   const objects = await renderWith(await componentNames());
   validate(objects, "base + every component");
+  for (const o of objects) assert.equal(o.metadata.labels?.["app.kubernetes.io/part-of"], "lostwrite", `${objectKey(o)} is labelled part of lostwrite`);
   const ds = find<IDaemonSet>(objects, "DaemonSet");
   assert.equal(ds.spec?.template.spec?.priorityClassName, "system-node-critical");
   assert.equal(ds.spec?.template.spec?.containers[0]?.securityContext?.appArmorProfile?.type, "Unconfined");
