@@ -127,6 +127,9 @@ export function inDeployedShape(argv: string[], shape: DaemonSetShape = daemonSe
   const setup = [
     "set -e",
     "stage=$(mktemp -d /var/tmp/lostwrite-shape-XXXXXX)",
+    // A step that fails leaves no staging directory on the host (never rm -r:
+    // the host's own directories are bound below it).
+    `trap 'for d in "$stage"/*; do umount -lR "$d" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; done; rmdir "$stage" 2>/dev/null || true' EXIT`,
     // The host's side of every hostPath volume, staged before /sys is replaced.
     ...hostPaths.flatMap((m, i) => [`mkdir "$stage/v${i}"`, `mount --rbind ${quote(m.hostPath!)} "$stage/v${i}"`]),
     ...(repoHidden ? [`mkdir "$stage/repo"`, `mount --bind ${repo} "$stage/repo"`] : []),
