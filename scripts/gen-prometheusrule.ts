@@ -1,5 +1,6 @@
-// Generates deploy/base/prometheusrule.yaml, the Prometheus Operator copy of
-// dashboards/alerts.yaml, so the two can never say different things.
+// Generates deploy/components/prometheus-operator/prometheusrule.yaml, the
+// Prometheus Operator copy of dashboards/alerts.yaml, so the two can never say
+// different things.
 //
 //   node scripts/gen-prometheusrule.ts           rewrite the generated file
 //   node scripts/gen-prometheusrule.ts --check   exit 1 when it is out of date
@@ -11,7 +12,7 @@ import { parse, stringify } from "yaml";
 import { z } from "zod";
 
 export const alertsPath = fileURLToPath(new URL("../dashboards/alerts.yaml", import.meta.url));
-export const prometheusRulePath = fileURLToPath(new URL("../deploy/base/prometheusrule.yaml", import.meta.url));
+export const prometheusRulePath = fileURLToPath(new URL("../deploy/components/prometheus-operator/prometheusrule.yaml", import.meta.url));
 
 // The subset of the Prometheus rule file format the PrometheusRule CRD takes
 // (spec.groups has the same shape). Unknown keys are rejected so a typo in

@@ -145,7 +145,10 @@ export async function collectChecks(bpftrace: string, procRoot = "/proc"): Promi
       name: "capabilities (/proc of other processes)",
       ok: has("CAP_SYS_PTRACE") || has("CAP_SYS_ADMIN"),
       detail: has("CAP_SYS_PTRACE") ? "CAP_SYS_PTRACE present" : "CAP_SYS_PTRACE missing",
-      ...(has("CAP_SYS_PTRACE") ? {} : { fix: "grant CAP_SYS_PTRACE so /proc/<pid>/status and cgroup of other users' processes are readable" }),
+      // status, cgroup and comm are world-readable; exe is not (ptrace read access).
+      ...(has("CAP_SYS_PTRACE")
+        ? {}
+        : { fix: "grant CAP_SYS_PTRACE so /proc/<pid>/exe of operators running as other users opens: without it their Go requests are not followed, only their sockets" }),
     });
   }
   checks.push(await attachCheck(bpftrace));

@@ -3,9 +3,14 @@
 //
 //   - its own PID namespace (hostPID: false): `unshare --pid --fork --mount-proc`,
 //     so the agent is pid 1 and /proc shows only its own processes;
-//   - the host's /proc bind-mounted read-only where the manifest mounts it;
+//   - the container's own /sys, as the runtime gives it: a fresh read-only
+//     sysfs, in which /sys/kernel/tracing is an empty directory (tracefs is
+//     a mount of its own on the host) and /sys/kernel/btf is the kernel's;
+//   - every hostPath volume bind-mounted where the manifest mounts it
+//     (read-only where it says so), the host's /proc among them, and every
+//     emptyDir as a tmpfs;
 //   - a read-only root filesystem (readOnlyRootFilesystem), so the code and
-//     the probes are read-only, with a memory-backed /tmp (the emptyDir);
+//     the probes are read-only;
 //   - the capability bounding set reduced to exactly the manifest's `add`
 //     list (drop ALL), no inheritable caps, and no_new_privs
 //     (allowPrivilegeEscalation: false), via setpriv.
@@ -19,9 +24,20 @@ import { parseAllDocuments } from "yaml";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
 
+/** One volume mount of the agent container, with its volume's source. */
+export interface ShapeMount {
+  /** The volume's name in the manifest. */
+  name: string;
+  mountPath: string;
+  readOnly: boolean;
+  /** The host path of a hostPath volume; null for an emptyDir. */
+  hostPath: string | null;
+}
+
 export interface DaemonSetShape {
   /** Linux capability names, lower case without CAP_ ("bpf", "perfmon", …). */
   capabilities: string[];
+  mounts: ShapeMount[];
   /** Where the host's /proc is mounted in the pod. */
   hostProcMount: string;
   /** The agent's proc root (its --proc-root flag or LOSTWRITE_PROC_ROOT). */
@@ -40,12 +56,14 @@ interface Container {
     readOnlyRootFilesystem?: boolean;
     allowPrivilegeEscalation?: boolean;
   };
-  volumeMounts?: { name: string; mountPath: string }[];
+  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
 }
 
 interface DaemonSet {
   kind: string;
-  spec: { template: { spec: { hostPID?: boolean; containers: Container[]; volumes?: { name: string; hostPath?: { path: string } }[] } } };
+  spec: {
+    template: { spec: { hostPID?: boolean; containers: Container[]; volumes?: { name: string; hostPath?: { path: string }; emptyDir?: object }[] } };
+  };
 }
 
 /** Renders deploy/base with kubectl's kustomize, as a cluster admin would apply it. */
@@ -59,8 +77,12 @@ export function daemonSetShape(kubectl = "/usr/bin/kubectl"): DaemonSetShape {
   const agent = pod.containers.find((c) => c.name === "agent") ?? pod.containers[0]!;
   const sc = agent.securityContext ?? {};
   if (!sc.capabilities?.drop?.includes("ALL")) throw new Error("the agent container does not drop ALL capabilities");
-  const procVolume = pod.volumes?.find((v) => v.hostPath?.path === "/proc");
-  const hostProcMount = agent.volumeMounts?.find((m) => m.name === procVolume?.name)?.mountPath;
+  const mounts = (agent.volumeMounts ?? []).map((m): ShapeMount => {
+    const volume = pod.volumes?.find((v) => v.name === m.name);
+    if (!volume?.hostPath && !volume?.emptyDir) throw new Error(`volume ${m.name}: only hostPath and emptyDir volumes are reproduced`);
+    return { name: m.name, mountPath: m.mountPath, readOnly: m.readOnly === true, hostPath: volume.hostPath?.path ?? null };
+  });
+  const hostProcMount = mounts.find((m) => m.hostPath === "/proc")?.mountPath;
   if (!hostProcMount) throw new Error("the DaemonSet mounts no host /proc");
   const procRoot =
     agent.args?.find((a) => a.startsWith("--proc-root="))?.slice("--proc-root=".length) ??
@@ -68,6 +90,7 @@ export function daemonSetShape(kubectl = "/usr/bin/kubectl"): DaemonSetShape {
     "/proc";
   return {
     capabilities: (sc.capabilities.add ?? []).map((c) => c.toLowerCase().replace(/^cap_/, "")),
+    mounts,
     hostProcMount,
     procRoot,
     readOnlyRootFilesystem: sc.readOnlyRootFilesystem === true,
@@ -78,6 +101,17 @@ export function daemonSetShape(kubectl = "/usr/bin/kubectl"): DaemonSetShape {
 
 const quote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
 
+/** The shape less one capability or one volume mount (by volume name): what a test drops to see what fails. */
+export function shapeWithout(shape: DaemonSetShape, drop: { capability?: string; mount?: string }): DaemonSetShape {
+  if (drop.capability && !shape.capabilities.includes(drop.capability)) throw new Error(`the manifest grants no ${drop.capability}`);
+  if (drop.mount && !shape.mounts.some((m) => m.name === drop.mount)) throw new Error(`the manifest mounts no volume ${drop.mount}`);
+  return {
+    ...shape,
+    capabilities: shape.capabilities.filter((c) => c !== drop.capability),
+    mounts: shape.mounts.filter((m) => m.name !== drop.mount),
+  };
+}
+
 /**
  * The command that runs `argv` in the pod's shape. Mount set-up happens in a
  * private mount namespace as full root; only then are the capabilities cut
@@ -85,30 +119,45 @@ const quote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
  * the manifest grants.
  */
 export function inDeployedShape(argv: string[], shape: DaemonSetShape = daemonSetShape()): string[] {
+  const repo = quote(repoRoot);
+  const hostPaths = shape.mounts.filter((m) => m.hostPath !== null);
+  const emptyDirs = shape.mounts.filter((m) => m.hostPath === null);
+  // A checkout below an emptyDir's path (a CI clone under /tmp) would vanish under it.
+  const repoHidden = emptyDirs.some((m) => repoRoot.startsWith(`${m.mountPath}/`));
   const setup = [
     "set -e",
-    // The host /proc, read-only, where the pod has it (created on the host once, empty).
-    `mkdir -p ${quote(shape.hostProcMount)}`,
-    `mount --bind /proc ${quote(shape.hostProcMount)}`,
-    `mount -o remount,bind,ro ${quote(shape.hostProcMount)}`,
+    "stage=$(mktemp -d /var/tmp/lostwrite-shape-XXXXXX)",
+    // A step that fails leaves no staging directory on the host (never rm -r:
+    // the host's own directories are bound below it).
+    `trap 'for d in "$stage"/*; do umount -lR "$d" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; done; rmdir "$stage" 2>/dev/null || true' EXIT`,
+    // The host's side of every hostPath volume, staged before /sys is replaced.
+    ...hostPaths.flatMap((m, i) => [`mkdir "$stage/v${i}"`, `mount --rbind ${quote(m.hostPath!)} "$stage/v${i}"`]),
+    ...(repoHidden ? [`mkdir "$stage/repo"`, `mount --bind ${repo} "$stage/repo"`] : []),
+    // The container's /sys: the runtime mounts a sysfs of its own, read-only.
+    // Mounted aside and moved: the kernel refuses a sysfs straight onto the
+    // host's (the same superblock on the same mount point).
+    `mkdir "$stage/sys"`,
+    `mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$stage/sys"`,
+    `mount --move "$stage/sys" /sys`,
+    `rmdir "$stage/sys"`,
+    ...emptyDirs.flatMap((m) => [`mkdir -p ${quote(m.mountPath)}`, `mount -t tmpfs -o size=64m tmpfs ${quote(m.mountPath)}`]),
+    ...(repoHidden ? [`mkdir -p ${repo}`, `mount --bind "$stage/repo" ${repo}`, `umount -l "$stage/repo"`, `rmdir "$stage/repo"`] : []),
+    ...hostPaths.flatMap((m, i) => [
+      // A path outside /sys (the host /proc's /host/proc) is created on the host once, empty.
+      `mkdir -p ${quote(m.mountPath)}`,
+      `mount --rbind "$stage/v${i}" ${quote(m.mountPath)}`,
+      ...(m.readOnly ? [`mount -o remount,bind,ro ${quote(m.mountPath)}`] : []),
+      `umount -l "$stage/v${i}"`,
+      `rmdir "$stage/v${i}"`,
+    ]),
+    `rmdir "$stage"`,
   ];
   if (shape.readOnlyRootFilesystem) {
-    // The pod's /tmp is a memory emptyDir. A checkout under /tmp (a CI
-    // clone) would vanish under it: it is staged aside and bound back.
-    const repo = quote(repoRoot);
-    setup.push(
-      "stage=$(mktemp -d /var/tmp/lostwrite-shape-XXXXXX)",
-      `mount --bind ${repo} "$stage"`,
-      "mount -t tmpfs -o size=64m tmpfs /tmp",
-      `mkdir -p ${repo}`,
-      `mount --bind "$stage" ${repo}`,
-      `umount "$stage"`,
-      `rmdir "$stage"`,
-      // This mount namespace's view only (a bind remount changes per-mount
-      // flags): the root, and the code and probes wherever they are mounted.
-      "mount -o remount,bind,ro /",
-      `mount -o remount,bind,ro ${repo}`,
-    );
+    // This mount namespace's view only (a bind remount changes per-mount
+    // flags): the root, and the code and probes wherever they are mounted.
+    // The code and probes: a mount of their own already when staged above.
+    if (!repoHidden) setup.push(`mount --bind ${repo} ${repo}`);
+    setup.push("mount -o remount,bind,ro /", `mount -o remount,bind,ro ${repo}`);
   }
   const caps = ["-all", ...shape.capabilities.map((c) => `+${c}`)].join(",");
   const jail = [

@@ -169,7 +169,7 @@ void test("every alert has severity, summary, description and an absolute runboo
 function serviceMonitorJob(): string {
   const monitor = z
     .object({ spec: z.object({ jobLabel: z.string().optional() }) })
-    .parse(parse(readFileSync(join(ROOT, "deploy/base/servicemonitor.yaml"), "utf8")));
+    .parse(parse(readFileSync(join(ROOT, "deploy/components/prometheus-operator/servicemonitor.yaml"), "utf8")));
   const service = z
     .object({ metadata: z.object({ name: z.string(), labels: z.record(z.string(), z.string()).optional() }) })
     .parse(parse(readFileSync(join(ROOT, "deploy/base/service.yaml"), "utf8")));
@@ -177,7 +177,7 @@ function serviceMonitorJob(): string {
   return fromLabel ?? service.metadata.name;
 }
 
-void test("the scrape alerts match the agent's job as the ServiceMonitor and the test Prometheus name it, and nothing else depends on the job", () => {
+void test("the scrape alerts match the agent's job as the ServiceMonitor, the shipped scrape config and the test Prometheus name it, and nothing else depends on the job", () => {
   const scrape = alerts.filter((a) => a.group === SCRAPE_GROUP);
   assert.deepEqual(scrape.map((a) => a.alert).sort(), ["LostwriteAgentNotScraped", "LostwriteAgentScrapeFailing"]);
   for (const { alert, expr } of scrape) {
@@ -187,7 +187,14 @@ void test("the scrape alerts match the agent's job as the ServiceMonitor and the
   }
   const e2ePrometheus = readFileSync(join(ROOT, "agent/test/e2e/support/prometheus.ts"), "utf8");
   const e2eJob = /job_name: "([^"]+)"/.exec(e2ePrometheus)?.[1];
-  const jobs = { ServiceMonitor: serviceMonitorJob(), "e2e Prometheus": e2eJob ?? "(no job_name found)" };
+  const scrapeConfig = z
+    .object({ scrape_configs: z.array(z.object({ job_name: z.string() })).length(1) })
+    .parse(parse(readFileSync(join(ROOT, "deploy/prometheus/scrape-config.yaml"), "utf8")));
+  const jobs = {
+    ServiceMonitor: serviceMonitorJob(),
+    "deploy/prometheus/scrape-config.yaml": scrapeConfig.scrape_configs[0]?.job_name ?? "",
+    "e2e Prometheus": e2eJob ?? "(no job_name found)",
+  };
   const matcher = new RegExp(`^(?:${DEFAULT_JOB})$`); // Prometheus anchors label regexes
   for (const [where, job] of Object.entries(jobs)) assert.match(job, matcher, `the ${where} job "${job}" is matched by job=~"${DEFAULT_JOB}"`);
   for (const { alert, expr, group } of alerts) {
@@ -195,12 +202,12 @@ void test("the scrape alerts match the agent's job as the ServiceMonitor and the
   }
 });
 
-void test("deploy/base/prometheusrule.yaml is generated from the current alerts.yaml", () => {
+void test("deploy/components/prometheus-operator/prometheusrule.yaml is generated from the current alerts.yaml", () => {
   const wanted = renderPrometheusRule(alertsText);
   assert.equal(
     readFileSync(prometheusRulePath, "utf8"),
     wanted,
-    "deploy/base/prometheusrule.yaml is stale: run node scripts/gen-prometheusrule.ts",
+    "deploy/components/prometheus-operator/prometheusrule.yaml is stale: run node scripts/gen-prometheusrule.ts",
   );
 });
 
@@ -261,6 +268,7 @@ void test("docs/install.md's kustomize overlay sets the runbook base and the scr
     // The overlay at deploy/overlays/mine, its ../../base the real one.
     mkdirSync(join(dir, "deploy/overlays/mine"), { recursive: true });
     symlinkSync(join(ROOT, "deploy/base"), join(dir, "deploy/base"));
+    symlinkSync(join(ROOT, "deploy/components"), join(dir, "deploy/components"));
     for (const [name, text] of files) writeFileSync(join(dir, "deploy/overlays/mine", name), text);
     const { stdout } = await execa(kubectl.path ?? assert.fail(kubectl.reason), ["kustomize", join(dir, "deploy/overlays/mine")]);
     const objects = parseAllDocuments(stdout).map((d) => d.toJS() as { kind?: string });
