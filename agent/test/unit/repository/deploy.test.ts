@@ -143,11 +143,14 @@ void test("the DaemonSet asks for exactly the privileges it justifies", { skip: 
   assert.ok(c.args?.includes("--node-name=$(NODE_NAME)"));
   assert.ok(c.args?.includes("--listen=0.0.0.0:9470"));
   assert.ok(c.args?.includes("--otlp-listen=0.0.0.0:4318"));
+  assert.ok(c.args?.includes("--otlp-grpc-listen=0.0.0.0:4317"));
   const ports = new Map((c.ports ?? []).map((p) => [p.name, p]));
   assert.equal(ports.get("http")?.containerPort, 9470);
   assert.equal(ports.get("http")?.hostPort, undefined, "metrics are not exposed on the node");
   assert.equal(ports.get("otlp-http")?.containerPort, 4318);
   assert.equal(ports.get("otlp-http")?.hostPort, 4318);
+  assert.equal(ports.get("otlp-grpc")?.containerPort, 4317);
+  assert.equal(ports.get("otlp-grpc")?.hostPort, 4317);
   assert.equal(c.readinessProbe?.httpGet?.path, "/readyz");
   assert.equal(c.readinessProbe?.httpGet?.port, "http");
   assert.equal(c.livenessProbe?.httpGet?.path, "/healthz");
