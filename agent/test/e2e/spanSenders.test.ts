@@ -1,11 +1,12 @@
 // Who may send spans, end to end: the agent with --kubernetes and real
 // probes, an operator stand-in in a pod's cgroup, and span senders at real
 // addresses of their own. The pod's address is 10.213.0.2, in a second
-// network namespace joined to the agent's by a veth pair; 10.213.0.3 there is
-// an address that is no pod of the node. A spoofer sends an ERROR reconcile
-// span in the pod's name, which would turn the pod's silent loss into a
-// noticed one: it is refused and counted. The pod's own span, sent without any
-// k8s.* attribute, is matched by its address and decides `noticed: "no"`.
+// network namespace joined to the agent's by a veth pair; 10.213.0.3 there,
+// and 10.213.1.2 in a third namespace, are no pod of the node. Spoofers send
+// an ERROR reconcile span in the pod's name, over OTLP/HTTP and OTLP/gRPC (the
+// SDK's exporter), which would turn the pod's silent loss into a noticed one:
+// they are refused and counted. The pod's own spans, sent without any k8s.*
+// attribute, are matched by its address and decide `noticed: "no"`.
 //
 // All of it runs in network namespaces the test creates: the file re-runs
 // itself under `unshare --net`, so the veth pair and every socket live in a
@@ -31,7 +32,12 @@ const IN_NETNS = process.env.SPAN_SENDERS_E2E_IN_OWN_NETNS === "1";
 const AGENT_ADDRESS = "10.213.0.1";
 const POD_ADDRESS = "10.213.0.2";
 const STRANGER_ADDRESS = "10.213.0.3";
+const GRPC_STRANGER_AGENT_SIDE = "10.213.1.1";
+const GRPC_STRANGER_ADDRESS = "10.213.1.2";
 const OTLP_PORT = 4318;
+const OTLP_GRPC_PORT = 4317;
+const GRPC_EXPORT = path.join(path.dirname(HERE), "clients/otlpGrpcExport.ts");
+const NODE_BIN = path.join(path.dirname(HERE), "../../../node_modules/.bin/node");
 
 function tool(name: string): string | null {
   return spawnSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).stdout.trim() || null;
@@ -61,6 +67,12 @@ function postFrom(python: string, netns: string, source: string, file: string): 
   const out = execFileSync("ip", ["netns", "exec", netns, python, "-c", script, AGENT_ADDRESS, String(OTLP_PORT), source, file], { encoding: "utf8" });
   const [status, ...text] = out.split("\n");
   return { status: Number(status), text: text.join("\n") };
+}
+
+/** Exports `spans` with the SDK's OTLP/gRPC exporter from inside netns `netns`, to the agent at `agentAddress`. */
+function grpcExportFrom(netns: string, agentAddress: string, spans: SpanDef[]): { code: number; error: string | null } {
+  const out = execFileSync("ip", ["netns", "exec", netns, NODE_BIN, GRPC_EXPORT, `http://${agentAddress}:${OTLP_GRPC_PORT}`, JSON.stringify(spans)], { encoding: "utf8" });
+  return JSON.parse(out.trim().split("\n").pop() ?? "{}") as { code: number; error: string | null };
 }
 
 if (!IN_NETNS) {
@@ -102,6 +114,15 @@ if (!IN_NETNS) {
       ip("-n", netns, "addr", "add", `${STRANGER_ADDRESS}/24`, "dev", "lw-pod0");
       ip("-n", netns, "link", "set", "lw-pod0", "up");
       ip("-n", netns, "link", "set", "lo", "up");
+      // A third namespace, for a gRPC sender that is no pod (the exporter cannot pick its source address).
+      const strangers = `lw-strangers-${process.pid}`;
+      ip("netns", "add", strangers);
+      cleanup.push(() => ip("netns", "del", strangers));
+      ip("link", "add", "lw-agent1", "type", "veth", "peer", "name", "lw-str0", "netns", strangers);
+      ip("addr", "add", `${GRPC_STRANGER_AGENT_SIDE}/24`, "dev", "lw-agent1");
+      ip("link", "set", "lw-agent1", "up");
+      ip("-n", strangers, "addr", "add", `${GRPC_STRANGER_ADDRESS}/24`, "dev", "lw-str0");
+      ip("-n", strangers, "link", "set", "lw-str0", "up");
 
       const dir = await mkdtemp(path.join(os.tmpdir(), "lostwrite-senders-"));
       cleanup.push(() => rm(dir, { recursive: true, force: true }));
@@ -135,6 +156,7 @@ if (!IN_NETNS) {
         [
           "--kubernetes", "--kubeconfig", api.kubeconfigPath, "--node-name", NODE,
           "--otlp-listen", `0.0.0.0:${OTLP_PORT}`,
+          "--otlp-grpc-listen", `0.0.0.0:${OTLP_GRPC_PORT}`,
           "--correlation-window", "3s",
         ],
         { KUBERNETES_SERVICE_HOST: "", KUBERNETES_SERVICE_PORT: "" },
@@ -150,7 +172,7 @@ if (!IN_NETNS) {
         spanId: traceId.slice(0, 16),
         name: "reconcile widget",
         startMs: now - 1_000,
-        endMs: now + 3_000,
+        endMs: now + 60_000, // open well past the failure, however slow the senders are to start
         attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name: "w1" },
         ...over,
       });
@@ -174,11 +196,26 @@ if (!IN_NETNS) {
         body: protobufBody([spoofed]),
       });
       assert.equal(fromNode.status, 403);
+      // The same spoof over gRPC from the third namespace: PERMISSION_DENIED, which the exporter reports as a failure.
+      const grpcStranger = grpcExportFrom(strangers, GRPC_STRANGER_AGENT_SIDE, [{ ...spoofed, spanId: "c3".repeat(8) }]);
+      assert.equal(grpcStranger.code, 1);
+      assert.match(grpcStranger.error ?? "", new RegExp(`${GRPC_STRANGER_ADDRESS.replaceAll(".", "\\.")} is not a pod of this node`));
       const mine = postFrom(python, netns, POD_ADDRESS, ownFile);
       assert.equal(mine.status, 200, mine.text);
-      assert.equal(await agent.metric("lostwrite_spans_rejected_total", { reason: "unknown_sender" }), 1);
+      // The pod's client span of the write, over gRPC from the pod's address, also with no k8s.* attribute.
+      const patch = span(own.traceId, {
+        spanId: "d4".repeat(8),
+        parentSpanId: own.spanId,
+        name: "PATCH",
+        kind: 3, // CLIENT
+        attributes: { "http.request.method": "PATCH", "url.path": "/apis/example.com/v1/namespaces/widgets/widgets/w1/status" },
+        resource: own.resource,
+      });
+      const grpcMine = grpcExportFrom(netns, AGENT_ADDRESS, [patch]);
+      assert.equal(grpcMine.code, 0, grpcMine.error ?? "");
+      assert.equal(await agent.metric("lostwrite_spans_rejected_total", { reason: "unknown_sender" }), 2);
       assert.equal(await agent.metric("lostwrite_spans_rejected_total", { reason: "sender_mismatch" }), 1);
-      assert.equal(await agent.metric("lostwrite_spans_received_total", {}), 1);
+      assert.equal(await agent.metric("lostwrite_spans_received_total", {}), 2);
 
       client.stdin!.end("go\n");
       await waitFor("the pod's lost write", () => agent.events.some((e) => e.pid === client.pid && e.cause === "write_failed"), 15_000);

@@ -101,9 +101,14 @@ export async function startOtlpGrpcReceiver(opts: OtlpGrpcReceiverOptions): Prom
       start: (next) => {
         next({
           onReceiveMetadata: (metadata, pass) => {
+            // Strangers are refused before their message is read, so they cannot hold the slots.
+            const stranger = intake.screen(peerAddress(call.getPeer()));
+            if (stranger !== null) {
+              call.sendStatus({ code: STATUS[stranger.reason], details: stranger.detail });
+              return;
+            }
             if (inFlight >= maxConcurrent) {
               intake.reject("queue_full");
-              answeredByHandler = true; // counted just now
               call.sendStatus({ code: grpc.status.UNAVAILABLE, details: "too many concurrent requests" });
               return;
             }

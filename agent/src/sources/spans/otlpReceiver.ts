@@ -101,6 +101,12 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
       req.resume();
       return;
     }
+    const stranger = intake.screen(req.socket.remoteAddress ?? null);
+    if (stranger !== null) {
+      reject(res, stranger.reason, stranger.detail, true);
+      req.resume();
+      return;
+    }
     if (inFlight >= maxConcurrent) {
       reject(res, "queue_full", "too many concurrent requests");
       req.resume();

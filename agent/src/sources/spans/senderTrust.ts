@@ -49,30 +49,45 @@ export type SenderVerdict =
  */
 export function attributeSender(claimed: SpanProcess, directory: SenderDirectory | null): SenderVerdict {
   if (directory === null) return { ok: true, process: claimed };
-  const address = claimed.peerAddress === null ? null : canonicalAddress(claimed.peerAddress);
-  if (address === null) {
-    return { ok: false, reason: "unknown_sender", detail: `sender address ${JSON.stringify(claimed.peerAddress)} is not an IP address` };
-  }
-  const pod = directory.podAt(address);
-  if (pod !== null) {
+  const sender = identifySender(claimed.peerAddress, directory);
+  if (!sender.ok) return sender;
+  if (sender.pod !== null) {
+    const { pod, address } = sender;
     const mismatch = disagreement(claimed, pod);
     if (mismatch !== null) {
       return { ok: false, reason: "sender_mismatch", detail: `${mismatch}, but the sender ${address} is pod ${pod.namespace}/${pod.pod}` };
     }
     return { ok: true, process: { ...claimed, sender: "pod", namespace: pod.namespace, podName: pod.pod, podUid: pod.uid ?? claimed.podUid } };
   }
-  if (isLoopbackAddress(address) || directory.isNodeAddress(address)) {
-    if (claimed.podName === null) {
-      // A namespace alone names no process: the node's own processes have none.
-      return { ok: true, process: { ...claimed, sender: "node", namespace: null, podUid: null } };
-    }
-    const hostPod = claimed.namespace === null ? null : directory.hostNetworkPod(claimed.namespace, claimed.podName);
-    const mismatch = hostPod === null ? `resource ${describeClaim(claimed)} names no host-network pod of this node` : disagreement(claimed, hostPod);
-    if (hostPod === null || mismatch !== null) {
-      return { ok: false, reason: "sender_mismatch", detail: `${mismatch}; only those share the node's address ${address}` };
-    }
-    return { ok: true, process: { ...claimed, sender: "pod", podUid: hostPod.uid ?? claimed.podUid } };
+  if (claimed.podName === null) {
+    // A namespace alone names no process: the node's own processes have none.
+    return { ok: true, process: { ...claimed, sender: "node", namespace: null, podUid: null } };
   }
+  const hostPod = claimed.namespace === null ? null : directory.hostNetworkPod(claimed.namespace, claimed.podName);
+  const mismatch = hostPod === null ? `resource ${describeClaim(claimed)} names no host-network pod of this node` : disagreement(claimed, hostPod);
+  if (hostPod === null || mismatch !== null) {
+    return { ok: false, reason: "sender_mismatch", detail: `${mismatch}; only those share the node's address ${sender.address}` };
+  }
+  return { ok: true, process: { ...claimed, sender: "pod", podUid: hostPod.uid ?? claimed.podUid } };
+}
+
+/**
+ * Who is at a sender's address: a pod (its own address), or the node (`pod`
+ * null: loopback, the node's addresses). Anything else is refused, and a
+ * transport can refuse it before reading the request, so strangers cannot
+ * hold the intake's request slots.
+ */
+export function identifySender(
+  peerAddress: string | null,
+  directory: SenderDirectory,
+): { ok: true; address: string; pod: PodRef | null } | { ok: false; reason: "unknown_sender"; detail: string } {
+  const address = peerAddress === null ? null : canonicalAddress(peerAddress);
+  if (address === null) {
+    return { ok: false, reason: "unknown_sender", detail: `sender address ${JSON.stringify(peerAddress)} is not an IP address` };
+  }
+  const pod = directory.podAt(address);
+  if (pod !== null) return { ok: true, address, pod };
+  if (isLoopbackAddress(address) || directory.isNodeAddress(address)) return { ok: true, address, pod: null };
   return { ok: false, reason: "unknown_sender", detail: `sender ${address} is not a pod of this node, nor the node` };
 }
 

@@ -10,7 +10,7 @@ import { createOtlpForwarder, type OtlpForwarder } from "./otlpForwarder.ts";
 import { decodeJsonTraceRequest } from "./otlpJson.ts";
 import { decodeProtobufTraceRequest, type PartialSuccess } from "./otlpProtobuf.ts";
 import type { WireRequest } from "./otlpWire.ts";
-import { attributeSender, type SenderDirectory, type SenderRejectReason, type SenderVerdict } from "./senderTrust.ts";
+import { attributeSender, identifySender, type SenderDirectory, type SenderRejectReason, type SenderVerdict } from "./senderTrust.ts";
 
 export const MEDIA_TYPES = {
   "application/x-protobuf": decodeProtobufTraceRequest,
@@ -61,6 +61,20 @@ export class SpanIntake {
   constructor(opts: SpanIntakeOptions) {
     this.#opts = opts;
     this.#forwarder = opts.forwardUrl !== undefined ? createOtlpForwarder({ url: opts.forwardUrl, metrics: opts.metrics }) : null;
+  }
+
+  /**
+   * Whether a request from `peer` can be taken at all: in Kubernetes mode an
+   * address that is no pod of the node, nor the node, is refused (and
+   * counted) before its body is read. Null when it may go on.
+   */
+  screen(peer: string | null): { reason: "unknown_sender"; detail: string } | null {
+    const directory = this.#opts.senders?.() ?? null;
+    if (directory === null) return null;
+    const sender = identifySender(peer, directory);
+    if (sender.ok) return null;
+    this.reject(sender.reason);
+    return { reason: sender.reason, detail: sender.detail };
   }
 
   /** Counts a request the transport refused before (or instead of) taking it. */
