@@ -37,6 +37,7 @@ const STATUS: Record<SpanRejectReason, grpc.status> = {
   method_not_allowed: grpc.status.UNIMPLEMENTED,
   unknown_sender: grpc.status.PERMISSION_DENIED,
   sender_mismatch: grpc.status.PERMISSION_DENIED,
+  senders_not_listed: grpc.status.UNAVAILABLE,
 };
 
 /**

@@ -40,6 +40,8 @@ const STATUS: Record<SpanRejectReason, number> = {
   method_not_allowed: 405,
   unknown_sender: 403,
   sender_mismatch: 403,
+  // Retried by exporters: the pod list is on its way.
+  senders_not_listed: 503,
 };
 
 /** The success body of each media type; a partial success names the spans refused. */
@@ -64,7 +66,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
     if (!counted) intake.reject(reason);
     const status = STATUS[reason];
     const headers: Record<string, string> = { "content-type": "text/plain; charset=utf-8" };
-    if (status === 429) headers["retry-after"] = retryAfter;
+    if (status === 429 || status === 503) headers["retry-after"] = retryAfter;
     // The rest of an oversized body is not worth reading: end the connection.
     if (status === 413) headers.connection = "close";
     res.writeHead(status, headers).end(`${detail}\n`);

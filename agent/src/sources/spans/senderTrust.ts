@@ -11,7 +11,10 @@
 //   hostIPs) or loopback               names one of this node, the node's own
 //                                      processes' when it names no pod;
 //                                      naming any other pod is rejected
-//   anything else                      rejected
+//   anything else                      rejected (answered "retry later"
+//                                      until the node's pods have been
+//                                      listed once: it may be a pod not
+//                                      known yet)
 //
 // Outside Kubernetes mode there is no pod list: resource attributes are taken
 // as sent, and the listen address (loopback by default) decides who can send.
@@ -19,7 +22,7 @@ import { canonicalAddress, isLoopbackAddress } from "../../ipAddress.ts";
 import type { SpanProcess } from "./indexedSpans.ts";
 
 /** Why spans were refused for their sender; a closed set (lostwrite_spans_rejected_total's reason). */
-export const SENDER_REJECT_REASONS = ["unknown_sender", "sender_mismatch"] as const;
+export const SENDER_REJECT_REASONS = ["unknown_sender", "sender_mismatch", "senders_not_listed"] as const;
 export type SenderRejectReason = (typeof SENDER_REJECT_REASONS)[number];
 
 export interface PodRef {
@@ -30,6 +33,8 @@ export interface PodRef {
 
 /** What the pod list says about addresses on this node; addresses in canonicalAddress form. */
 export interface SenderDirectory {
+  /** False until the node's pods have been listed once: an address found nowhere may then be a pod not known yet. */
+  readonly listed: boolean;
   /** The pod whose own (not host-network) address this is; null when none is, or more than one. */
   podAt(address: string): PodRef | null;
   /** An address of this node: a host-network pod's or any pod's hostIP. */
@@ -80,7 +85,7 @@ export function attributeSender(claimed: SpanProcess, directory: SenderDirectory
 export function identifySender(
   peerAddress: string | null,
   directory: SenderDirectory,
-): { ok: true; address: string; pod: PodRef | null } | { ok: false; reason: "unknown_sender"; detail: string } {
+): { ok: true; address: string; pod: PodRef | null } | { ok: false; reason: "unknown_sender" | "senders_not_listed"; detail: string } {
   const address = peerAddress === null ? null : canonicalAddress(peerAddress);
   if (address === null) {
     return { ok: false, reason: "unknown_sender", detail: `sender address ${JSON.stringify(peerAddress)} is not an IP address` };
@@ -88,6 +93,9 @@ export function identifySender(
   const pod = directory.podAt(address);
   if (pod !== null) return { ok: true, address, pod };
   if (isLoopbackAddress(address) || directory.isNodeAddress(address)) return { ok: true, address, pod: null };
+  if (!directory.listed) {
+    return { ok: false, reason: "senders_not_listed", detail: `this node's pods have not been listed yet: sender ${address} may be one of them; retry` };
+  }
   return { ok: false, reason: "unknown_sender", detail: `sender ${address} is not a pod of this node, nor the node` };
 }
 

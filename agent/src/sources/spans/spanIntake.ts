@@ -52,7 +52,7 @@ export interface IntakeBody {
 
 export type IntakeVerdict =
   | { ok: true; accepted: number; partial: (PartialSuccess & { reason: SenderRejectReason }) | null }
-  | { ok: false; reason: "malformed" | "unknown_sender" | "sender_mismatch" | "queue_full"; detail: string };
+  | { ok: false; reason: "malformed" | SenderRejectReason | "queue_full"; detail: string };
 
 export class SpanIntake {
   readonly #opts: SpanIntakeOptions;
@@ -68,7 +68,7 @@ export class SpanIntake {
    * address that is no pod of the node, nor the node, is refused (and
    * counted) before its body is read. Null when it may go on.
    */
-  screen(peer: string | null): { reason: "unknown_sender"; detail: string } | null {
+  screen(peer: string | null): { reason: "unknown_sender" | "senders_not_listed"; detail: string } | null {
     const directory = this.#opts.senders?.() ?? null;
     if (directory === null) return null;
     const sender = identifySender(peer, directory);

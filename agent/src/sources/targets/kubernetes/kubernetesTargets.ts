@@ -202,7 +202,8 @@ export class KubernetesTargets {
    * (every pod of the node, watched or not), for judging span senders.
    */
   senders(): SenderDirectory {
-    this.#senders ??= senderDirectoryOf(this.#pods.objects());
+    if (this.#senders?.listed === false && this.#pods.listed) this.#senders = null;
+    this.#senders ??= senderDirectoryOf(this.#pods.objects(), this.#pods.listed);
     return this.#senders;
   }
 

@@ -11,7 +11,8 @@ import { canonicalAddress } from "../../../ipAddress.ts";
 import type { PodRef, SenderDirectory } from "../../spans/senderTrust.ts";
 import type { Pod } from "./objects.ts";
 
-export function senderDirectoryOf(pods: Iterable<Pod>): SenderDirectory {
+/** `listed`: whether `pods` is the node's pod list, or what is known before the first list succeeded. */
+export function senderDirectoryOf(pods: Iterable<Pod>, listed = true): SenderDirectory {
   const byAddress = new Map<string, PodRef | "ambiguous">();
   const nodeAddresses = new Set<string>();
   const hostNetworkPods = new Map<string, PodRef>();
@@ -29,6 +30,7 @@ export function senderDirectoryOf(pods: Iterable<Pod>): SenderDirectory {
     for (const address of own) byAddress.set(address, byAddress.has(address) ? "ambiguous" : ref);
   }
   return {
+    listed,
     podAt(address) {
       const found = byAddress.get(address);
       return found === undefined || found === "ambiguous" ? null : found;

@@ -197,6 +197,7 @@ void describe("OTLP/gRPC receiver", { timeout: 60_000 }, () => {
 
   void test("Kubernetes mode: the same sender rule as over HTTP, with partial_success in the response", async () => {
     directory = {
+      listed: true,
       podAt: () => null,
       isNodeAddress: () => false,
       hostNetworkPod: () => null,

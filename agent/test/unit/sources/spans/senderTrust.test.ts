@@ -6,6 +6,7 @@ import { attributeSender, type SenderDirectory } from "../../../../src/sources/s
 import { sentBy } from "../../../../src/sources/spans/spanIndex.ts";
 
 const directory: SenderDirectory = {
+  listed: true,
   podAt: (address) =>
     address === "10.244.1.7" ? { namespace: "ops", pod: "widget-a", uid: "uid-a" } : address === "10.244.1.8" ? { namespace: "ops", pod: "widget-b", uid: null } : null,
   isNodeAddress: (address) => address === "192.168.1.10",
@@ -52,6 +53,15 @@ void describe("sender trust", { timeout: 10_000 }, () => {
       assert.ok(!verdict.ok, String(peer));
       assert.equal(verdict.reason, "unknown_sender");
     }
+  });
+
+  void test("before the node's pods are listed, an address found nowhere is told to retry, not refused", () => {
+    const unlisted: SenderDirectory = { ...directory, listed: false };
+    const verdict = attributeSender(claimed("10.244.2.7"), unlisted);
+    assert.ok(!verdict.ok);
+    assert.equal(verdict.reason, "senders_not_listed");
+    assert.match(verdict.detail, /not been listed yet: sender 10\.244\.2\.7 may be one of them/);
+    assert.ok(attributeSender(claimed("10.244.1.7"), unlisted).ok, "a pod already known is taken");
   });
 
   void test("loopback and node addresses: the node's processes, or a host-network pod they name", () => {

@@ -25,6 +25,8 @@ void describe("pod addresses", { timeout: 10_000 }, () => {
     assert.equal(dir.podAt("10.244.1.9"), null);
     assert.equal(dir.isNodeAddress("192.168.1.10"), true, "every pod's hostIP is the node's");
     assert.equal(dir.isNodeAddress("10.244.1.7"), false);
+    assert.equal(dir.listed, true);
+    assert.equal(senderDirectoryOf([], false).listed, false, "before the first list succeeded");
   });
 
   void test("a host-network pod's address is the node's and names no pod; its name is known as host-network", () => {
