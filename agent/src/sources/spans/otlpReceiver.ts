@@ -1,9 +1,9 @@
 // OTLP/HTTP trace receiver: operators on the node send their spans here
 // (POST /v1/traces, protobuf or JSON, optionally gzip). Everything about a
-// request is untrusted: it is bounded, validated, answered with the status
-// code OTLP exporters understand (400, 403, 413, 415, 429 + Retry-After) and
-// counted in lostwrite_spans_rejected_total; nothing a client sends can
-// throw out of here.
+// request is untrusted: it is bounded, validated, judged by its sender
+// (spanIntake.ts), answered with the status code OTLP exporters understand
+// (400, 403, 413, 415, 429 and 503 with Retry-After) and counted in
+// lostwrite_spans_rejected_total; nothing a client sends can throw out of here.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { readBoundedBody } from "./boundedBody.ts";
