@@ -111,6 +111,7 @@ export async function startAgentRun(opts: { targetPid: number; apiserver: string
       "--apiserver", opts.apiserver,
       "--listen", `127.0.0.1:${port}`,
       "--otlp-listen", `127.0.0.1:${otlpPort}`,
+      "--otlp-grpc-listen", "off",
       "--probe-variant", opts.variant,
     ],
     { stdio: ["ignore", "ignore", "pipe"] },

@@ -14,7 +14,10 @@ import type { Logger } from "./sinks/log.ts";
 import type { AgentMetrics } from "./sinks/metrics.ts";
 import { createTraceSink, DISABLED_TRACE_SINK, type TraceSink } from "./sinks/traces.ts";
 import type { EndpointSync } from "./sources/probe/endpointSync.ts";
-import { startOtlpReceiver, type OtlpReceiver, type OtlpReceiverOptions } from "./sources/spans/otlpReceiver.ts";
+import { startOtlpGrpcReceiver } from "./sources/spans/otlpGrpcReceiver.ts";
+import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
+import type { SenderDirectory } from "./sources/spans/senderTrust.ts";
+import { SpanIntake, type SpanIntakeOptions } from "./sources/spans/spanIntake.ts";
 import { openRecordWriter, type RecordWriter } from "./sources/record/writer.ts";
 import type { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
 import type { TargetWatcher } from "./sources/targets/targetWatcher.ts";
@@ -129,41 +132,60 @@ export class ListenerSink implements LossSink {
   }
 }
 
-/** The OTLP/HTTP span intake. */
+/** The largest OTLP request taken, over HTTP or gRPC, as sent and decompressed. */
+const OTLP_MAX_BODY_BYTES = 8 << 20;
+
+/** The span intake: OTLP/HTTP and, unless turned off, OTLP/gRPC, judged and forwarded alike. */
 export class OtlpStage implements Stage {
-  readonly name = "otlp receiver";
-  private receiver: OtlpReceiver | null = null;
+  readonly name = "otlp receivers";
+  private http: OtlpReceiver | null = null;
+  private grpc: OtlpReceiver | null = null;
+  private readonly intake: SpanIntake;
   private readonly config: Config;
-  private readonly metrics: AgentMetrics;
-  private readonly recorder: RecordWriter | null;
-  private readonly onSpans: OtlpReceiverOptions["onSpans"];
 
-  constructor(config: Config, metrics: AgentMetrics, recorder: RecordWriter | null, onSpans: OtlpReceiverOptions["onSpans"]) {
+  /** `senders` is this node's pods by address in Kubernetes mode, else null: see sources/spans/senderTrust.ts. */
+  constructor(
+    config: Config,
+    metrics: AgentMetrics,
+    recorder: RecordWriter | null,
+    onSpans: SpanIntakeOptions["onSpans"],
+    senders: () => SenderDirectory | null,
+  ) {
     this.config = config;
-    this.metrics = metrics;
-    this.recorder = recorder;
-    this.onSpans = onSpans;
-  }
-
-  get address(): HostPort {
-    if (!this.receiver) throw new Error("the otlp receiver is not listening");
-    return this.receiver.address;
-  }
-
-  async start(): Promise<void> {
-    const recorder = this.recorder;
-    this.receiver = await startOtlpReceiver({
-      listen: this.config["otlp-listen"],
-      maxBodyBytes: 8 << 20,
-      ...(this.config["otlp-forward"] ? { forwardUrl: this.config["otlp-forward"] } : {}),
-      metrics: this.metrics,
-      onSpans: this.onSpans,
+    this.intake = new SpanIntake({
+      metrics,
+      onSpans,
+      senders,
+      ...(config["otlp-forward"] ? { forwardUrl: config["otlp-forward"] } : {}),
       ...(recorder ? { onAccepted: ({ body, contentType, peer }) => recorder.spans(peer, contentType, body) } : {}),
     });
   }
 
+  get address(): HostPort {
+    if (!this.http) throw new Error("the otlp receiver is not listening");
+    return this.http.address;
+  }
+
+  /** Where OTLP/gRPC is received; null when turned off. */
+  get grpcAddress(): HostPort | null {
+    return this.grpc?.address ?? null;
+  }
+
+  async start(): Promise<void> {
+    this.http = await startOtlpReceiver({ listen: this.config["otlp-listen"], maxBodyBytes: OTLP_MAX_BODY_BYTES, intake: this.intake });
+    const grpcListen = this.config["otlp-grpc-listen"];
+    if (grpcListen === "off") return;
+    try {
+      this.grpc = await startOtlpGrpcReceiver({ listen: grpcListen, maxBodyBytes: OTLP_MAX_BODY_BYTES, intake: this.intake });
+    } catch (err) {
+      await this.http.close();
+      throw err;
+    }
+  }
+
   async stop(): Promise<void> {
-    await this.receiver?.close();
+    await Promise.all([this.http?.close(), this.grpc?.close()]);
+    await this.intake.close();
   }
 }
 

@@ -52,6 +52,8 @@ export const configSchema = z.strictObject({
   ).default([]),
   listen: hostPort.default("127.0.0.1:9470"),
   "otlp-listen": hostPort.default("127.0.0.1:4318"),
+  // "off" turns the gRPC intake off (the HTTP one is what the demo and replay use).
+  "otlp-grpc-listen": z.union([z.literal("off"), hostPort]).default("127.0.0.1:4317"),
   "otlp-forward": z.url().optional(),
   record: z.string().min(1).optional(),
   "correlation-window": duration.default(10000),

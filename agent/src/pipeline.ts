@@ -50,6 +50,8 @@ export interface RunningAgent {
   /** Where /metrics, /healthz, /readyz and /events answer. */
   listen: HostPort;
   otlp: HostPort;
+  /** Where OTLP/gRPC is received; null when turned off. */
+  otlpGrpc: HostPort | null;
   /** Subscribe to emitted loss events (in-process consumers: demo, tests). */
   onLoss(listener: (event: LossEvent) => void): void;
   close(): Promise<void>;
@@ -144,7 +146,8 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     metrics,
     consume: (batch) => judged.correlator.addSpans(batch),
   });
-  const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch));
+  // In Kubernetes mode a span's pod is its sender's, by address (sources/spans/senderTrust.ts).
+  const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch), () => kube?.senders() ?? null);
 
   // --- the probe -----------------------------------------------------------------
   const probe = new BpftraceSupervisor({
@@ -206,6 +209,6 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     stage("target rescan", () => targets.start(config["rescan-interval"]), () => targets.stop()),
   ];
   const close = await startStages(stages, log);
-  log.info("agent ready", { listen: http.address, otlp: otlp.address, targets: targets.pids().length, apiservers: endpoints.current().map((e) => e.text) });
-  return { metrics, variant, listen: http.address, otlp: otlp.address, onLoss: (listener) => listeners.add(listener), close };
+  log.info("agent ready", { listen: http.address, otlp: otlp.address, otlpGrpc: otlp.grpcAddress, targets: targets.pids().length, apiservers: endpoints.current().map((e) => e.text) });
+  return { metrics, variant, listen: http.address, otlp: otlp.address, otlpGrpc: otlp.grpcAddress, onLoss: (listener) => listeners.add(listener), close };
 }

@@ -10,7 +10,7 @@ import { buildLossStages } from "./lossStages.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { parseProbeLine } from "./sources/probe/probeOutput.ts";
 import { openRecordReader } from "./sources/record/reader.ts";
-import { decodeTraceBody } from "./sources/spans/otlpReceiver.ts";
+import { decodeTraceBody } from "./sources/spans/spanIntake.ts";
 import { formatEventLine, shouldColor } from "./tail.ts";
 
 const TICK_NS = 250_000_000n;

@@ -240,6 +240,8 @@ export async function startStack(opts: StackOptions): Promise<DemoStack> {
           apiserver: [`${apiserver.host}:${apiserver.port}`],
           listen: opts.listen,
           "otlp-listen": `127.0.0.1:${otlpPort}`,
+          // The demo's operators send OTLP/HTTP; 4317 may belong to an agent or collector already running.
+          "otlp-grpc-listen": "off",
           "correlation-window": `${opts.correlationWindowMs}ms`,
           "node-name": "demo",
           ...(opts.record !== undefined ? { record: opts.record } : {}),

@@ -5,6 +5,7 @@
 // id rides on a series as its OpenMetrics exemplar instead (see below).
 import { Counter, Gauge, Histogram, Registry, type LabelValues } from "prom-client";
 import type { DropReason, DropStage } from "../vocabulary/drops.ts";
+import { SENDER_REJECT_REASONS } from "../sources/spans/senderTrust.ts";
 
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
 export type ProbeRestartReason = (typeof PROBE_RESTART_REASONS)[number];
@@ -14,7 +15,9 @@ export const SPAN_REJECT_REASONS = [
   "too_large",
   "queue_full",
   "method_not_allowed",
+  ...SENDER_REJECT_REASONS,
 ] as const;
+export type SpanRejectReason = (typeof SPAN_REJECT_REASONS)[number];
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
 /** lostwrite_go_targets: how a target is covered beyond the socket path. */
 export const GO_COVERAGES = ["requests"] as const;
@@ -203,7 +206,7 @@ export class AgentMetrics {
   });
   readonly spansRejected = new Counter({
     name: "lostwrite_spans_rejected_total",
-    help: "OTLP requests rejected by the receiver, by reason.",
+    help: "OTLP requests the span intake refused, wholly or in part, by reason.",
     labelNames: ["reason"],
     registers: [this.registry],
   });

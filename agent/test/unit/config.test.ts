@@ -33,6 +33,13 @@ describe("config", () => {
     assert.equal(loadConfig([{ name: "environment", values: configFromEnv({ LOSTWRITE_GO_PROBES: "false" }).values }])["go-probes"], false);
   });
 
+  it("receives OTLP/gRPC on 127.0.0.1:4317 unless moved or turned off", () => {
+    assert.equal(loadConfig([])["otlp-grpc-listen"], "127.0.0.1:4317");
+    assert.equal(loadConfig([{ name: "flag", values: { "otlp-grpc-listen": "0.0.0.0:14317" } }])["otlp-grpc-listen"], "0.0.0.0:14317");
+    const off = loadConfig([{ name: "environment", values: configFromEnv({ LOSTWRITE_OTLP_GRPC_LISTEN: "off" }).values }]);
+    assert.equal(off["otlp-grpc-listen"], "off");
+  });
+
   it("rejects unknown keys, naming the source, the key and the value", () => {
     assert.throws(() => loadConfig([{ name: 'config file "x.yaml"', values: { "target-pids": [1] } }]), (err: Error) => {
       assert.ok(err instanceof ConfigError);
@@ -135,6 +142,7 @@ describe("config", () => {
       [{ "correlation-window": "soon" }, /key "correlation-window" value "soon"/],
       [{ "probe-variant": "kprobes" }, /key "probe-variant" value "kprobes"/],
       [{ listen: "9470" }, /key "listen" value "9470": expected ADDR:PORT/],
+      [{ "otlp-grpc-listen": "4317" }, /key "otlp-grpc-listen" value "4317"/],
     ];
     for (const [values, message] of cases) assert.throws(() => loadConfig([{ name: "flag", values }]), message);
   });

@@ -31,8 +31,17 @@ const KINDS: readonly SpanKindName[] = ["unspecified", "internal", "server", "cl
 export type SpanStatus = "unset" | "ok" | "error";
 const STATUSES: readonly SpanStatus[] = ["unset", "ok", "error"];
 
+/**
+ * How the pod of a span was decided (sources/spans/senderTrust.ts):
+ * `claimed`, as the resource says (outside Kubernetes mode); `pod`, the pod
+ * the sender's address belongs to; `node`, a process of the node outside any
+ * pod (a loopback or node-address sender naming no pod).
+ */
+export type SpanSender = "claimed" | "pod" | "node";
+
 /** Who sent a span: resource attributes plus the peer that sent the request. */
 export interface SpanProcess {
+  sender: SpanSender;
   /** `process.pid`: the pid in the sender's own PID namespace. */
   pid: number | null;
   podUid: string | null;
@@ -93,6 +102,7 @@ export function toIndexedSpans(request: WireRequest, peerAddress: string | null)
   for (const rs of request.resourceSpans) {
     const resource = keep(rs.resource, null);
     const process: SpanProcess = {
+      sender: "claimed",
       pid: firstInteger(resource, [PROCESS_ATTRIBUTES.pid]),
       podUid: firstString(resource, [PROCESS_ATTRIBUTES.podUid]),
       podName: firstString(resource, [PROCESS_ATTRIBUTES.podName]),

@@ -73,12 +73,31 @@ const root = protobuf.Root.fromJSON({
         ExportTraceServiceRequest: {
           fields: { resourceSpans: { rule: "repeated", type: "ResourceSpans", id: 1 } },
         },
+        ExportTracePartialSuccess: {
+          fields: { rejectedSpans: { type: "int64", id: 1 }, errorMessage: { type: "string", id: 2 } },
+        },
+        ExportTraceServiceResponse: {
+          fields: { partialSuccess: { type: "ExportTracePartialSuccess", id: 1 } },
+        },
       },
     },
   },
 });
 
 const requestType = root.lookupType("otlp.ExportTraceServiceRequest");
+const responseType = root.lookupType("otlp.ExportTraceServiceResponse");
+
+/** Spans of a request that were refused, and why, for the response's partial_success. */
+export interface PartialSuccess {
+  rejectedSpans: number;
+  errorMessage: string;
+}
+
+/** An ExportTraceServiceResponse: empty when everything was accepted. */
+export function encodeProtobufTraceResponse(partial: PartialSuccess | null): Uint8Array {
+  const message = partial === null ? {} : { partialSuccess: { rejectedSpans: partial.rejectedSpans, errorMessage: partial.errorMessage } };
+  return responseType.encode(responseType.create(message)).finish();
+}
 
 // The shapes protobufjs decodes into (only what the schema above declares).
 interface PbLong {

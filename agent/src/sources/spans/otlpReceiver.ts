@@ -1,32 +1,24 @@
 // OTLP/HTTP trace receiver: operators on the node send their spans here
 // (POST /v1/traces, protobuf or JSON, optionally gzip). Everything about a
-// request is untrusted: it is bounded, validated, answered with the status
-// code OTLP exporters understand (400, 413, 415, 429 + Retry-After) and
-// counted in lostwrite_spans_rejected_total; nothing a client sends can
-// throw out of here.
+// request is untrusted: it is bounded, validated, judged by its sender
+// (spanIntake.ts), answered with the status code OTLP exporters understand
+// (400, 403, 413, 415, 429 and 503 with Retry-After) and counted in
+// lostwrite_spans_rejected_total; nothing a client sends can throw out of here.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
 import { readBoundedBody } from "./boundedBody.ts";
-import { type IndexedSpan, toIndexedSpans } from "./indexedSpans.ts";
-import { createOtlpForwarder, type OtlpForwarder } from "./otlpForwarder.ts";
-import { decodeJsonTraceRequest } from "./otlpJson.ts";
-import { decodeProtobufTraceRequest } from "./otlpProtobuf.ts";
-import type { WireRequest } from "./otlpWire.ts";
+import { encodeProtobufTraceResponse, type PartialSuccess } from "./otlpProtobuf.ts";
+import { isMediaType, type MediaType, type SpanIntake } from "./spanIntake.ts";
 import { parseHostPort } from "../../hostPort.ts";
+import type { SpanRejectReason } from "../../sinks/metrics.ts";
 
 export interface OtlpReceiverOptions {
   /** host:port ("[::1]:4318" for IPv6); port 0 picks a free one. */
   listen: string;
   /** Limit on the body, both as sent and after decompression. */
   maxBodyBytes: number;
-  /** Upstream OTLP/HTTP traces URL every accepted batch is passed on to. */
-  forwardUrl?: string;
-  metrics: AgentMetrics;
-  /** Takes the spans of one request; false means the intake queue is full (answered 429). */
-  onSpans: (spans: IndexedSpan[], peer: { address: string }) => boolean;
-  /** Every accepted body, decompressed, for `--record` (replay decodes it with decodeTraceBody). */
-  onAccepted?: (batch: { body: Uint8Array; contentType: string; peer: string }) => void;
+  /** Judges, counts, hands on and forwards what was read (shared with the gRPC receiver). */
+  intake: SpanIntake;
   /** Requests read and decoded at once; more are answered 429. Bounds memory to about this × maxBodyBytes. */
   maxConcurrentRequests?: number;
   /** Seconds a client is told to wait after a 429. */
@@ -38,19 +30,26 @@ export interface OtlpReceiver {
   close(): Promise<void>;
 }
 
-type RejectReason = "malformed" | "unsupported_media_type" | "too_large" | "queue_full" | "method_not_allowed";
-
 const PATH = "/v1/traces";
-const MEDIA_TYPES = {
-  "application/x-protobuf": { decode: decodeProtobufTraceRequest, reply: Buffer.alloc(0) },
-  "application/json": { decode: decodeJsonTraceRequest, reply: Buffer.from("{}") },
-} as const satisfies Record<string, { decode: (body: Uint8Array) => WireRequest; reply: Buffer }>;
-type MediaType = keyof typeof MEDIA_TYPES;
+/** The status a refusal is answered with: 429 is the one OTLP exporters retry. */
+const STATUS: Record<SpanRejectReason, number> = {
+  malformed: 400,
+  unsupported_media_type: 415,
+  too_large: 413,
+  queue_full: 429,
+  method_not_allowed: 405,
+  unknown_sender: 403,
+  sender_mismatch: 403,
+  // Retried by exporters: the pod list is on its way.
+  senders_not_listed: 503,
+};
 
-/** Decodes one OTLP/HTTP traces body of a supported media type; throws on malformed input. */
-export function decodeTraceBody(mediaType: string, body: Uint8Array, peerAddress: string | null): IndexedSpan[] {
-  if (!(mediaType in MEDIA_TYPES)) throw new Error(`unsupported media type "${mediaType}"`);
-  return toIndexedSpans(MEDIA_TYPES[mediaType as MediaType].decode(body), peerAddress);
+/** The success body of each media type; a partial success names the spans refused. */
+function successBody(mediaType: MediaType, partial: PartialSuccess | null): Buffer {
+  if (mediaType === "application/x-protobuf") return Buffer.from(encodeProtobufTraceResponse(partial));
+  if (partial === null) return Buffer.from("{}");
+  // OTLP/JSON: int64 as a decimal string, as the protobuf JSON mapping has it.
+  return Buffer.from(JSON.stringify({ partialSuccess: { rejectedSpans: String(partial.rejectedSpans), errorMessage: partial.errorMessage } }));
 }
 
 export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<OtlpReceiver> {
@@ -58,17 +57,16 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
   if (!(Number.isSafeInteger(opts.maxBodyBytes) && opts.maxBodyBytes > 0)) {
     throw new Error(`otlp maxBodyBytes: expected a positive integer, got ${opts.maxBodyBytes}`);
   }
-  const { metrics } = opts;
+  const { intake } = opts;
   const maxConcurrent = opts.maxConcurrentRequests ?? 8;
   const retryAfter = String(opts.retryAfterSeconds ?? 2);
-  const forwarder: OtlpForwarder | null =
-    opts.forwardUrl !== undefined ? createOtlpForwarder({ url: opts.forwardUrl, metrics }) : null;
   let inFlight = 0;
 
-  const reject = (res: ServerResponse, status: number, reason: RejectReason, detail: string): void => {
-    metrics.spansRejected.inc({ reason });
+  const reject = (res: ServerResponse, reason: SpanRejectReason, detail: string, counted = false): void => {
+    if (!counted) intake.reject(reason);
+    const status = STATUS[reason];
     const headers: Record<string, string> = { "content-type": "text/plain; charset=utf-8" };
-    if (status === 429) headers["retry-after"] = retryAfter;
+    if (status === 429 || status === 503) headers["retry-after"] = retryAfter;
     // The rest of an oversized body is not worth reading: end the connection.
     if (status === 413) headers.connection = "close";
     res.writeHead(status, headers).end(`${detail}\n`);
@@ -83,30 +81,36 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
     }
     if (req.method !== "POST") {
       res.setHeader("allow", "POST");
-      reject(res, 405, "method_not_allowed", `${req.method} not allowed on ${PATH}`);
+      reject(res, "method_not_allowed", `${req.method} not allowed on ${PATH}`);
       req.resume();
       return;
     }
     const mediaType = (req.headers["content-type"] ?? "").split(";", 1)[0]?.trim().toLowerCase() ?? "";
-    if (!(mediaType in MEDIA_TYPES)) {
-      reject(res, 415, "unsupported_media_type", `unsupported content-type "${mediaType}"`);
+    if (!isMediaType(mediaType)) {
+      reject(res, "unsupported_media_type", `unsupported content-type "${mediaType}"`);
       req.resume();
       return;
     }
     const encoding = (req.headers["content-encoding"] ?? "identity").trim().toLowerCase();
     if (encoding !== "gzip" && encoding !== "identity") {
-      reject(res, 415, "unsupported_media_type", `unsupported content-encoding "${encoding}"`);
+      reject(res, "unsupported_media_type", `unsupported content-encoding "${encoding}"`);
       req.resume();
       return;
     }
     const declared = Number(req.headers["content-length"] ?? "0");
     if (declared > opts.maxBodyBytes) {
-      reject(res, 413, "too_large", `body of ${declared} bytes exceeds ${opts.maxBodyBytes}`);
+      reject(res, "too_large", `body of ${declared} bytes exceeds ${opts.maxBodyBytes}`);
+      req.resume();
+      return;
+    }
+    const stranger = intake.screen(req.socket.remoteAddress ?? null);
+    if (stranger !== null) {
+      reject(res, stranger.reason, stranger.detail, true);
       req.resume();
       return;
     }
     if (inFlight >= maxConcurrent) {
-      reject(res, 429, "queue_full", "too many concurrent requests");
+      reject(res, "queue_full", "too many concurrent requests");
       req.resume();
       return;
     }
@@ -114,29 +118,24 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
     try {
       const body = await readBoundedBody(req, opts.maxBodyBytes, encoding === "gzip");
       if (!body.ok) {
-        reject(res, body.reason === "too_large" ? 413 : 400, body.reason, body.detail);
+        reject(res, body.reason, body.detail);
         return;
       }
-      const media = MEDIA_TYPES[mediaType as MediaType];
-      let spans: IndexedSpan[];
-      try {
-        spans = decodeTraceBody(mediaType, body.decoded, req.socket.remoteAddress ?? null);
-      } catch (err) {
-        reject(res, 400, "malformed", `malformed OTLP ${mediaType}: ${describe(err)}`);
-        return;
-      }
-      if (spans.length > 0 && !opts.onSpans(spans, { address: req.socket.remoteAddress ?? "" })) {
-        reject(res, 429, "queue_full", "span intake queue full");
-        return;
-      }
-      metrics.spansReceived.inc(spans.length);
-      opts.onAccepted?.({ body: body.decoded, contentType: mediaType, peer: req.socket.remoteAddress ?? "" });
-      forwarder?.enqueue({
-        body: body.raw,
-        contentType: req.headers["content-type"] ?? mediaType,
-        contentEncoding: req.headers["content-encoding"] ?? null,
+      const verdict = intake.take({
+        mediaType,
+        decoded: body.decoded,
+        forward: {
+          body: body.raw,
+          contentType: req.headers["content-type"] ?? mediaType,
+          contentEncoding: req.headers["content-encoding"] ?? null,
+        },
+        peer: req.socket.remoteAddress ?? null,
       });
-      res.writeHead(200, { "content-type": mediaType }).end(media.reply);
+      if (!verdict.ok) {
+        reject(res, verdict.reason, verdict.detail, true);
+        return;
+      }
+      res.writeHead(200, { "content-type": mediaType }).end(successBody(mediaType, verdict.partial));
     } finally {
       inFlight--;
     }
@@ -174,7 +173,6 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
         server.close(() => resolve());
         server.closeAllConnections();
       });
-      await forwarder?.close();
     },
   };
 }

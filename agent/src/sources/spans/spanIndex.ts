@@ -34,12 +34,12 @@ interface Entry {
 
 interface Bucket {
   keys: Set<string>;
-  /** Latest span end received, per sender pod ("ns/pod", "/" when the span names none). */
-  latestEndNs: Map<string, bigint>;
+  /** Latest span end received, per sender (senderKey), with the sender to ask sentBy about. */
+  latestEnd: Map<string, { process: IndexedSpan["process"]; endNs: bigint }>;
 }
 
-/** Pods sharing one pid bucket that are remembered for coverage; more is pathological. */
-const MAX_PODS_PER_BUCKET = 256;
+/** Senders sharing one pid bucket that are remembered for coverage; more is pathological. */
+const MAX_SENDERS_PER_BUCKET = 256;
 
 export class SpanIndex {
   readonly #opts: Required<SpanIndexOptions>;
@@ -69,18 +69,18 @@ export class SpanIndex {
       const bucketKey = bucketKeyOf(span.process.pid, span.process.namespace, span.process.podName);
       let bucket = this.#buckets.get(bucketKey);
       if (bucket === undefined) {
-        bucket = { keys: new Set(), latestEndNs: new Map() };
+        bucket = { keys: new Set(), latestEnd: new Map() };
         this.#buckets.set(bucketKey, bucket);
       }
       bucket.keys.add(key);
-      const pod = podKey(span.process.namespace, span.process.podName);
-      const latest = bucket.latestEndNs.get(pod);
-      if (latest === undefined || span.endNs > latest) {
-        bucket.latestEndNs.delete(pod);
-        bucket.latestEndNs.set(pod, span.endNs);
-        if (bucket.latestEndNs.size > MAX_PODS_PER_BUCKET) {
-          const oldest = bucket.latestEndNs.keys().next().value;
-          if (oldest !== undefined) bucket.latestEndNs.delete(oldest);
+      const sender = senderKey(span.process);
+      const latest = bucket.latestEnd.get(sender);
+      if (latest === undefined || span.endNs > latest.endNs) {
+        bucket.latestEnd.delete(sender);
+        bucket.latestEnd.set(sender, { process: span.process, endNs: span.endNs });
+        if (bucket.latestEnd.size > MAX_SENDERS_PER_BUCKET) {
+          const oldest = bucket.latestEnd.keys().next().value;
+          if (oldest !== undefined) bucket.latestEnd.delete(oldest);
         }
       }
     }
@@ -107,11 +107,10 @@ export class SpanIndex {
   /** The latest end time of any span received from `proc`; null if none is held. */
   latestEndNs(proc: ProcessQuery): bigint | null {
     let latest: bigint | null = null;
-    const wanted = known(proc.pod) ? podKey(proc.namespace, proc.pod) : null;
     for (const bucket of this.#bucketsOf(proc)) {
-      for (const [pod, end] of bucket.latestEndNs) {
-        if (wanted !== null && pod !== wanted && pod !== "/") continue;
-        if (latest === null || end > latest) latest = end;
+      for (const { process, endNs } of bucket.latestEnd.values()) {
+        if (!sentBy(process, proc)) continue;
+        if (latest === null || endNs > latest) latest = endNs;
       }
     }
     return latest;
@@ -174,15 +173,19 @@ function podKey(namespace: string | null, pod: string | null): string {
   return `${namespace ?? ""}/${pod ?? ""}`;
 }
 
+function senderKey(p: IndexedSpan["process"]): string {
+  return `${p.sender}|${p.pid ?? ""}|${podKey(p.namespace, p.podName)}`;
+}
+
 function known(value: string | null): value is string {
   return value !== null && value !== "";
 }
 
 /**
- * Whether `span` was sent by `proc`: same pid as the process sees itself, and
- * the same pod where both sides know it. Pids inside pods repeat (every
- * container may be pid 1), so senders in Kubernetes should set k8s.pod.name
- * and k8s.namespace.name.
+ * Whether `span` was sent by `proc`. Pids inside pods repeat (every
+ * container may be pid 1), so the pod decides first and the pid only within
+ * it. In Kubernetes mode the pod is the sender's (its address's), not the
+ * resource's word; outside it, the resource's pod where both sides know one.
  */
 export function spanOfProcess(span: IndexedSpan, proc: ProcessQuery): boolean {
   return sentBy(span.process, proc);
@@ -190,6 +193,13 @@ export function spanOfProcess(span: IndexedSpan, proc: ProcessQuery): boolean {
 
 /** Whether a span's sender (its resource's process and pod) is `proc`; the rule of spanOfProcess. */
 export function sentBy(p: IndexedSpan["process"], proc: ProcessQuery): boolean {
+  if (p.sender === "pod") {
+    if (p.podName !== proc.pod || p.namespace !== proc.namespace) return false;
+    // A span without process.pid is any process of its pod's.
+    return p.pid === null || p.pid === proc.nsPid;
+  }
+  // The node's own processes are in no pod, and their pid is the host pid.
+  if (p.sender === "node") return !known(proc.pod) && p.pid !== null && p.pid === proc.nsPid;
   if (known(p.podName) && known(proc.pod) && p.podName !== proc.pod) return false;
   if (known(p.namespace) && known(proc.namespace) && p.namespace !== proc.namespace) return false;
   // A span without process.pid is only found through its pod.

@@ -16,6 +16,7 @@ export interface AgentProcess {
   child: ChildProcess;
   url: string;
   otlpPort: number;
+  otlpGrpcPort: number;
   events: LossEvent[];
   stderr: string[];
   metrics(): Promise<Map<string, number>>;
@@ -54,8 +55,9 @@ export interface StartAgentOptions {
 export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}, options: StartAgentOptions = {}): Promise<AgentProcess> {
   const port = await freeLoopbackPort();
   const otlpPort = await freeLoopbackPort();
+  const otlpGrpcPort = await freeLoopbackPort();
   const node = path.join(repoRoot, "node_modules/.bin/node");
-  const argv = [node, path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", `127.0.0.1:${port}`, "--otlp-listen", `127.0.0.1:${otlpPort}`, ...args];
+  const argv = [node, path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", `127.0.0.1:${port}`, "--otlp-listen", `127.0.0.1:${otlpPort}`, "--otlp-grpc-listen", `127.0.0.1:${otlpGrpcPort}`, ...args];
   const [command, ...commandArgs] = options.wrap ? options.wrap(argv) : argv;
   const child = spawn(command!, commandArgs, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   const events: LossEvent[] = [];
@@ -93,6 +95,7 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
     child,
     url,
     otlpPort,
+    otlpGrpcPort,
     events,
     stderr,
     metrics,

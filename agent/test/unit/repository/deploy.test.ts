@@ -228,9 +228,11 @@ void test("the DaemonSet asks for exactly the privileges it justifies", { skip: 
   assert.ok(c.args?.includes("--node-name=$(NODE_NAME)"));
   assert.ok(c.args?.includes("--listen=0.0.0.0:9470"));
   assert.ok(c.args?.includes("--otlp-listen=0.0.0.0:4318"));
+  assert.ok(c.args?.includes("--otlp-grpc-listen=0.0.0.0:4317"));
   const ports = new Map((c.ports ?? []).map((p) => [p.name, p]));
   assert.equal(ports.get("http")?.containerPort, 9470);
   assert.equal(ports.get("otlp-http")?.containerPort, 4318);
+  assert.equal(ports.get("otlp-grpc")?.containerPort, 4317);
   // No port on the node: the OpenTelemetry Collector's DaemonSet may hold
   // 4317/4318 there (deploy/components/host-port adds one, on a chosen port).
   for (const p of c.ports ?? []) assert.equal(p.hostPort, undefined, `port ${p.name} takes no hostPort in the base`);
@@ -326,7 +328,7 @@ void test("the image runs the built JavaScript through the lostwrite command on 
 const COMPONENTS: Record<string, { added: string[]; changed: Record<string, string[]> }> = {
   "prometheus-operator": { added: ["PrometheusRule/lostwrite", "ServiceMonitor/lostwrite"], changed: {} },
   "network-policy": { added: ["NetworkPolicy/lostwrite-agent"], changed: {} },
-  "host-port": { added: [], changed: { "DaemonSet/lostwrite": ["spec/template/spec/containers/0/ports/1/hostPort"] } },
+  "host-port": { added: [], changed: { "DaemonSet/lostwrite": ["spec/template/spec/containers/0/ports/1/hostPort", "spec/template/spec/containers/0/ports/2/hostPort"] } },
   selinux: { added: [], changed: { "DaemonSet/lostwrite": ["spec/template/spec/securityContext/seLinuxOptions"] } },
   apparmor: { added: [], changed: { "DaemonSet/lostwrite": ["spec/template/spec/containers/0/securityContext/appArmorProfile"] } },
   "priority-class": { added: ["ResourceQuota/lostwrite-critical-pods"], changed: { "DaemonSet/lostwrite": ["spec/template/spec/priorityClassName"] } },
@@ -374,7 +376,7 @@ void test("spans reach the agent of the sender's node: a Local Service in the ba
 
   const withHostPort = find<IDaemonSet>(await renderWith(["host-port"]), "DaemonSet");
   const ports = withHostPort.spec?.template.spec?.containers[0]?.ports ?? [];
-  assert.deepEqual(ports.filter((p) => p.hostPort !== undefined).map((p) => [p.name, p.containerPort, p.hostPort]), [["otlp-http", 4318, 4318]]);
+  assert.deepEqual(ports.filter((p) => p.hostPort !== undefined).map((p) => [p.name, p.containerPort, p.hostPort]), [["otlp-http", 4318, 4318], ["otlp-grpc", 4317, 4317]]);
 });
 
 /** docs/install.md's section on a component. */
@@ -395,9 +397,12 @@ void test("docs/install.md's overlay moves the hostPort, and only the hostPort",
   const objects = await renderOverlay({ "kustomization.yaml": block });
   const ds = find<IDaemonSet>(objects, "DaemonSet");
   const component = find<IDaemonSet>(await renderWith(["host-port"]), "DaemonSet");
-  assert.deepEqual(differences(component, ds), ["spec/template/spec/containers/0/ports/1/hostPort"]);
+  assert.deepEqual(differences(component, ds), ["spec/template/spec/containers/0/ports/1/hostPort", "spec/template/spec/containers/0/ports/2/hostPort"]);
   const otlp = ds.spec?.template.spec?.containers[0]?.ports?.find((p) => p.name === "otlp-http");
   assert.deepEqual([otlp?.containerPort, otlp?.hostPort], [4318, chosen], "the agent still listens on 4318 in its pod");
+  const grpc = ds.spec?.template.spec?.containers[0]?.ports?.find((p) => p.name === "otlp-grpc");
+  assert.ok(grpc?.hostPort !== undefined && grpc.hostPort !== 4317, "the example moves the gRPC node port off the Collector's too");
+  assert.equal(grpc.containerPort, 4317, "the agent still listens on 4317 in its pod");
 });
 
 void test("the NetworkPolicy admits the metrics port from the monitoring namespace, the span port from pods, nothing else", { skip: skipReason ?? false }, async () => {

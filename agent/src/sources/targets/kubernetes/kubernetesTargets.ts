@@ -27,6 +27,8 @@ import {
 import { parseLabelSelector } from "./labelSelector.ts";
 import { describeIssues, EndpointSliceSchema, PodSchema, type EndpointSlice, type Pod } from "./objects.ts";
 import { watchedContainers, type SelectionPolicy, type WatchedContainer } from "./podSelection.ts";
+import { senderDirectoryOf } from "./podAddresses.ts";
+import type { SenderDirectory } from "../../spans/senderTrust.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { containerFromCgroupFile, podUidFromCgroupFile } from "../cgroup.ts";
 import { ContainerProcessScanner } from "./processScan.ts";
@@ -81,6 +83,8 @@ export class KubernetesTargets {
   #watched: WatchedIndex | null = null;
   /** Processes admitted at their exec, by pid: alive ones stay targets though no scan matches them yet. */
   readonly #admitted = new Map<number, ProcessIdentity>();
+  /** This node's pods by address, for the span intake; null when the pods changed. */
+  #senders: SenderDirectory | null = null;
   #targetsKey = "";
   #apiservers: ApiserverEndpoint[] = [];
   #staticApiservers: ApiserverEndpoint[] = [];
@@ -114,6 +118,7 @@ export class KubernetesTargets {
       maxObjects: opts.maxPods ?? 1024,
       onChange: () => {
         this.#watched = null;
+        this.#senders = null;
         this.#requestRescan();
       },
       onInvalid: (err) => this.#invalid("Pod", err),
@@ -190,6 +195,16 @@ export class KubernetesTargets {
     this.#admitted.set(pid, identity);
     this.#targets = [...this.#targets.filter((t) => t.pid !== pid), { pid, identity }];
     return identity;
+  }
+
+  /**
+   * Who is behind an address on this node, from the pods as listed now
+   * (every pod of the node, watched or not), for judging span senders.
+   */
+  senders(): SenderDirectory {
+    if (this.#senders?.listed === false && this.#pods.listed) this.#senders = null;
+    this.#senders ??= senderDirectoryOf(this.#pods.objects(), this.#pods.listed);
+    return this.#senders;
   }
 
   targets(): KubeTarget[] {

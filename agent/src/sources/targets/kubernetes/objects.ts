@@ -2,6 +2,7 @@
 // apiserver are input from outside: a pod that does not parse is skipped and
 // counted, never allowed to throw into the watch. Parsing also strips every
 // field not listed here, so the watch cache holds small objects only.
+import { isIP } from "node:net";
 import { z } from "zod";
 
 const stringMap = z.record(z.string(), z.string());
@@ -18,6 +19,11 @@ const ObjectMetaSchema = z.object({
     .nullish(),
 });
 
+// A pod's addresses decide whose spans a sender's are (sources/spans/senderTrust.ts),
+// so an address that is not an IP makes the pod invalid rather than unmatched.
+const ipAddress = z.string().refine((value) => isIP(value) !== 0, "not an IP address");
+const addressList = z.array(z.object({ ip: ipAddress })).nullish();
+
 const ContainerStatusSchema = z.object({
   name: z.string().min(1),
   // Empty or absent until the runtime has created the container.
@@ -29,6 +35,8 @@ export const PodSchema = z.object({
   spec: z.object({
     nodeName: z.string().nullish(),
     containers: z.array(z.object({ name: z.string().min(1) })),
+    // A host-network pod's addresses are the node's: they name no pod.
+    hostNetwork: z.boolean().nullish(),
   }),
   status: z
     .object({
@@ -36,6 +44,11 @@ export const PodSchema = z.object({
       containerStatuses: z.array(ContainerStatusSchema).nullish(),
       // Native sidecars (restartPolicy: Always init containers) run next to the main ones.
       initContainerStatuses: z.array(ContainerStatusSchema).nullish(),
+      // podIPs (dual-stack) lists podIP first; older apiservers send podIP alone.
+      podIP: ipAddress.nullish(),
+      podIPs: addressList,
+      hostIP: ipAddress.nullish(),
+      hostIPs: addressList,
     })
     .nullish(),
 });

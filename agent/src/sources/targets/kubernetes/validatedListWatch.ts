@@ -41,6 +41,7 @@ export class ValidatedListWatch<T> {
   readonly #opts: ValidatedListWatchOptions<T>;
   readonly #informer: ListWatch<KubernetesObject>;
   #stopped = true;
+  #listed = false;
   #restartTimer: NodeJS.Timeout | undefined;
   #restartDelayMs: number;
 
@@ -88,6 +89,11 @@ export class ValidatedListWatch<T> {
     });
   }
 
+  /** Whether a list has succeeded since start: until then objects() may lack objects that exist. */
+  get listed(): boolean {
+    return this.#listed;
+  }
+
   /** Lists once and starts watching; resolves after the first list, even if it failed (it is retried). */
   async start(): Promise<void> {
     this.#stopped = false;
@@ -128,6 +134,7 @@ export class ValidatedListWatch<T> {
 
   async #list(): Promise<KubernetesListObject<KubernetesObject>> {
     const listed = await this.#opts.list();
+    this.#listed = true;
     const items: KubernetesObject[] = [];
     for (const raw of listed.items ?? []) {
       const item = this.#validate(raw);

@@ -10,6 +10,7 @@ import { gzipSync } from "node:zlib";
 import { SpanKind } from "@opentelemetry/api";
 import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
 import { startOtlpReceiver } from "../../../../src/sources/spans/otlpReceiver.ts";
+import { SpanIntake } from "../../../../src/sources/spans/spanIntake.ts";
 import { jsonBody, protobufBody } from "./otlpSpans.ts";
 
 const MAX_BODY = 256 * 1024;
@@ -171,15 +172,14 @@ void test("10,000 malformed OTLP bodies: no crash, right status codes, bounded m
   const cases = makeCases();
   const metrics = new AgentMetrics();
   let accepted = 0;
-  const receiver = await startOtlpReceiver({
-    listen: "127.0.0.1:0",
-    maxBodyBytes: MAX_BODY,
+  const intake = new SpanIntake({
     metrics,
     onSpans: (spans) => {
       accepted += spans.length;
       return true;
     },
   });
+  const receiver = await startOtlpReceiver({ listen: "127.0.0.1:0", maxBodyBytes: MAX_BODY, intake });
   const agent = new Agent({ keepAlive: true, maxSockets: 8 });
   try {
     collectGarbage();

@@ -7,6 +7,7 @@ import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
 import type { IndexedSpan } from "../../../../src/sources/spans/indexedSpans.ts";
 import { type OtlpReceiver, startOtlpReceiver } from "../../../../src/sources/spans/otlpReceiver.ts";
+import { SpanIntake } from "../../../../src/sources/spans/spanIntake.ts";
 import { jsonBody, protobufBody, type SpanDef } from "./otlpSpans.ts";
 
 const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -59,9 +60,7 @@ void describe("OTLP receiver", () => {
 
   before(async () => {
     metrics = new AgentMetrics();
-    receiver = await startOtlpReceiver({
-      listen: "127.0.0.1:0",
-      maxBodyBytes: 64 * 1024,
+    const intake = new SpanIntake({
       metrics,
       onSpans: (spans, peer) => {
         if (!accept) return false;
@@ -69,6 +68,7 @@ void describe("OTLP receiver", () => {
         return true;
       },
     });
+    receiver = await startOtlpReceiver({ listen: "127.0.0.1:0", maxBodyBytes: 64 * 1024, intake });
   });
   after(() => receiver.close());
 
@@ -105,6 +105,7 @@ void describe("OTLP receiver", () => {
     });
     assert.equal(p?.attributes["irrelevant.attribute"], undefined);
     assert.deepEqual(p?.process, {
+      sender: "claimed",
       pid: 1,
       podUid: null,
       podName: "widget-operator-7d9",
@@ -226,13 +227,12 @@ void describe("OTLP receiver --otlp-forward", () => {
     });
     await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
     const metrics = new AgentMetrics();
-    const receiver = await startOtlpReceiver({
-      listen: "127.0.0.1:0",
-      maxBodyBytes: 64 * 1024,
+    const intake = new SpanIntake({
       forwardUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1/traces`,
       metrics,
       onSpans: () => true,
     });
+    const receiver = await startOtlpReceiver({ listen: "127.0.0.1:0", maxBodyBytes: 64 * 1024, intake });
     try {
       const gz = gzipSync(protobufBody([patch]));
       const json = jsonBody([reconcile]);
@@ -248,22 +248,19 @@ void describe("OTLP receiver --otlp-forward", () => {
       assert.equal(seen[1]?.headers["content-type"], "application/json");
     } finally {
       await receiver.close();
+      await intake.close();
       upstream.close();
     }
   });
 
   void test("an unreachable upstream is counted, not fatal", async () => {
     const metrics = new AgentMetrics();
-    const receiver = await startOtlpReceiver({
-      listen: "127.0.0.1:0",
-      maxBodyBytes: 64 * 1024,
-      forwardUrl: "http://127.0.0.1:1/v1/traces",
-      metrics,
-      onSpans: () => true,
-    });
+    const intake = new SpanIntake({ forwardUrl: "http://127.0.0.1:1/v1/traces", metrics, onSpans: () => true });
+    const receiver = await startOtlpReceiver({ listen: "127.0.0.1:0", maxBodyBytes: 64 * 1024, intake });
     const res = await post(receiver.address.port, protobufBody([patch]), { "content-type": "application/x-protobuf" });
     assert.equal(res.status, 200);
-    await receiver.close(); // waits for the forward attempt
+    await receiver.close();
+    await intake.close(); // waits for the forward attempt
     const dropped = (await metrics.eventsDropped.get()).values.filter((v) => v.labels.stage === "otlp_forward");
     assert.equal(dropped.reduce((sum, v) => sum + v.value, 0), 1);
   });

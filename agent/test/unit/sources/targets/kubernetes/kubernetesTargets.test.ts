@@ -284,6 +284,25 @@ void test("apiserver endpoints: the Service address plus every EndpointSlice add
   }
 });
 
+void test("span senders: the pods' addresses as listed and watched; before the first list, nothing is known for sure", async (t) => {
+  const { api, targets } = await setup(t);
+  assert.equal(targets.senders().listed, false);
+  const pod = operatorPod("widget-operator-7d9f8c6b5-x2x4q", [["manager", MANAGER]]);
+  pod.status = { ...(pod.status as object), podIP: "10.244.1.7", podIPs: [{ ip: "10.244.1.7" }], hostIP: "192.168.1.10" };
+  api.put(PODS, pod);
+  await targets.start();
+  assert.equal(targets.senders().listed, true);
+  assert.equal(targets.senders().podAt("10.244.1.7")?.pod, "widget-operator-7d9f8c6b5-x2x4q");
+  assert.equal(targets.senders().isNodeAddress("192.168.1.10"), true);
+  // A new pod on the watch is known at once.
+  const other = operatorPod("other-operator-5c7d8f9b4-k2v9x", [["manager", OTHER]]);
+  other.status = { ...(other.status as object), podIP: "10.244.1.8" };
+  api.put(PODS, other);
+  const deadline = Date.now() + 2000;
+  while (targets.senders().podAt("10.244.1.8") === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(targets.senders().podAt("10.244.1.8")?.pod, "other-operator-5c7d8f9b4-k2v9x");
+});
+
 void test("an invalid node name is refused with the value quoted", () => {
   assert.throws(
     () => new KubernetesTargets({ nodeName: "", kubeConfig: new KubeConfig(), metrics: new AgentMetrics(), log: silentLogger([]) }),
