@@ -38,11 +38,12 @@ export interface GoProbeTarget {
   pids: readonly number[];
 }
 
-// The peer of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word at
+// The socket of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word at
 // +16) is a *tls.Conn, whose conn (data word at +8) is a *net.TCPConn, whose
 // first word is its *netFD, whose poll.FD has Sysfd at +16. Then through the
-// task's file table to the socket. What is not a socket reads as port 0.
-const PEER = `
+// task's file table to the socket; 0 when the descriptor is no socket (or is
+// closed already: Go sets Sysfd to -1).
+const SOCKET = `
 		$tls = *(uint64 *)($cc + 16);
 		$tcp = *(uint64 *)($tls + 8);
 		$netfd = *(uint64 *)$tcp;
@@ -55,7 +56,10 @@ const PEER = `
 					$sk = ((struct socket *)$file->private_data)->sk;
 				}
 			}
-		}
+		}`;
+
+// Its peer and TCP state; what is no socket reads as port 0, state 0.
+const PEER_OF_SOCKET = `
 		$port = (uint64)0;
 		$family = (uint64)0;
 		$state = (uint64)0;
@@ -112,7 +116,11 @@ const BODIES: Record<Http2Function, string> = {
 		$methodLen = *(uint64 *)($req + 8);
 		$url = *(uint64 *)($req + 16);
 		$path = *(uint64 *)($url + 56);
-		$pathLen = *(uint64 *)($url + 64);${PEER}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}
+		$pathLen = *(uint64 *)($url + 64);${SOCKET}${PEER_OF_SOCKET}
+		// Kept for the connection's end, when its descriptor may be closed already.
+		if ((uint64)$sk != 0) {
+			@go_conn_sk[$cc] = (uint64)$sk;
+		}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}
 	}`,
   // (*clientConnReadLoop).processHeaders(rl, f *MetaHeadersFrame): rl.cc at
   // +0; f's *HeadersFrame at +0 (StreamID at +8 of it), Fields
@@ -136,11 +144,17 @@ const BODIES: Record<Http2Function, string> = {
   processGoAway: `
 	$f = reg("bx");
 	printf("go_goaway %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)reg("ax"), *(uint32 *)($f + 12), *(uint32 *)($f + 16));`,
-  // (*clientConnReadLoop).cleanup(rl): the read loop ended, the socket is
-  // still open: its state says who ended it (CLOSE_WAIT: the server's FIN;
-  // CLOSE: a reset or a timeout).
+  // (*clientConnReadLoop).cleanup(rl): the read loop ended; the socket's
+  // state says who ended it (CLOSE_WAIT: the server's FIN; CLOSE: a reset or
+  // a timeout). Another goroutine may have closed the descriptor first (a
+  // reset connection, now and then): then the socket its requests were
+  // written on, remembered per connection, tells.
   cleanup: `
-	$cc = *(uint64 *)reg("ax");${PEER}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
+	$cc = *(uint64 *)reg("ax");${SOCKET}
+		if ((uint64)$sk == 0) {
+			$sk = (struct sock *)@go_conn_sk[$cc];
+		}
+		delete(@go_conn_sk[$cc]);${PEER_OF_SOCKET}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
   // (*clientStream).abortStream(cs, err): cs.cc at +0.
   abortStream: `
 	printf("go_abort %llu %d %d %llu %llu\\n", nsecs, pid, tid, *(uint64 *)reg("ax"), reg("ax"));`,
