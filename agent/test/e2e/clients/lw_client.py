@@ -108,7 +108,37 @@ def wait_then_reset(host, port):
     try_send(s, b"more", "preexisting_after_reset")
 
 
-MODES = {"tls_reset": tls_reset, "plain_reset": plain_reset, "refused": refused, "zero": zero, "eagain": eagain, "wait_then_reset": wait_then_reset}
+def flood(host, port, rate=25000, seconds=30.0):
+    """A request the server resets, then sends into the dead socket at `rate`/s for `seconds`.
+
+    What a client that retries in a tight loop does to the agent. Sends go in
+    batches of rate/100 every 10 ms, so the rate holds without a busy core.
+    Reports every failure it saw, by errno: the count the agent must match.
+    """
+    s = socket.create_connection((host, port))
+    # A request of realistic size (at least 64 bytes), so the reset is a loss.
+    s.send(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nX-Test: RESET\r\n\r\n")
+    time.sleep(0.3)
+    counts = {}
+    batch = rate // 100
+    started = time.monotonic()
+    tick = started
+    while tick - started < seconds:
+        for _ in range(batch):
+            try:
+                s.send(b"x")
+                counts["sent"] = counts.get("sent", 0) + 1
+            except OSError as e:
+                name = errno.errorcode.get(e.errno, str(e.errno))
+                counts[name] = counts.get(name, 0) + 1
+        tick += 0.01
+        delay = tick - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    report("flood", None, counts=counts, seconds=time.monotonic() - started)
+
+
+MODES = {"flood": flood, "tls_reset": tls_reset, "plain_reset": plain_reset, "refused": refused, "zero": zero, "eagain": eagain, "wait_then_reset": wait_then_reset}
 
 if __name__ == "__main__":
     if sys.argv[1] != "wait_then_reset":
