@@ -148,6 +148,24 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     await c.exit();
   });
 
+  it("(1c) the server resets on the headers while the client still writes its body: one connection_reset, the failed writes counted", async () => {
+    // An HTTP/1.1 client writes the rest of its body into the dead socket:
+    // those failures are the same lost request, not losses of their own.
+    const BIG_BODY = 4 << 20;
+    const c = client("lwc-midbody");
+    api.control.addRule({ id: "reset-midbody", method: "PATCH", path: `${WIDGETS}/midbody/*/status`, action: "reset", afterBytes: 0 });
+    await connectAndWarmUp(c);
+    const request = await c.run(`request PATCH ${WIDGETS}/midbody/widgets/w1/status ${BIG_BODY}`, 20_000);
+    assert.equal(request.status, null, `client saw ${JSON.stringify(request)}`);
+    assert.ok(request.errno !== null || request.error, `the write failed: ${JSON.stringify(request)}`);
+    await waitFor("the failed write counted", async () => (await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: c.comm })) >= 1, 3000);
+    await settle();
+    const events = eventsOf(c);
+    assert.deepEqual(events.map((e) => e.cause), ["connection_reset"], `exactly one event: ${JSON.stringify(events)}`);
+    assert.equal(await losses(c, "reset"), 1);
+    await c.exit();
+  });
+
   it("(2) the server reads the request and closes without answering: one connection_closed_unanswered", async () => {
     const c = client("lwc-closed");
     api.control.addRule({ id: "close-status", method: "PATCH", path: `${WIDGETS}/closed/*/status`, action: "close" });
@@ -333,6 +351,7 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     const byProcess = agent.events.filter((e) => e.process !== "lwc-fresh" && e.process !== "lwc-stalled").map((e) => `${e.process}:${e.cause}`).sort();
     assert.deepEqual(byProcess, [
       "lwc-closed:connection_closed_unanswered",
+      "lwc-midbody:connection_reset",
       "lwc-reset:connection_reset",
       "lwc-retrans:connection_reset",
       "lwc-timeout:client_gave_up",
