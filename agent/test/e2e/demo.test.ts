@@ -39,7 +39,7 @@ function run(command: string, args: string[], timeoutMs: number): Promise<Run> {
   });
 }
 
-describe("lostwrite demo", { skip: skipWithoutKernel() }, () => {
+describe("lostwrite demo", { skip: skipWithoutKernel(), timeout: 150_000 }, () => {
   it("detects every fault of the default script exactly once, the swallowed ones as silent, in under a minute", async () => {
     assertKernelRequirements();
     const result = await run(NODE, [CLI, "demo", "--listen", "127.0.0.1:0"], 90_000);
@@ -86,7 +86,7 @@ describe("lostwrite demo", { skip: skipWithoutKernel() }, () => {
   });
 });
 
-describe("lostwrite demo without root", { skip: process.getuid?.() === 0 ? false : "needs root to drop to an unprivileged user" }, () => {
+describe("lostwrite demo without root", { skip: process.getuid?.() === 0 ? false : "needs root to drop to an unprivileged user", timeout: 60_000 }, () => {
   it("says why it cannot run and what to run instead, and exits non-zero", async () => {
     const result = await run("setpriv", ["--reuid", "65534", "--regid", "65534", "--clear-groups", NODE, CLI, "demo"], 20_000);
     assert.equal(result.code, 1, result.stdout + result.stderr);

@@ -38,7 +38,7 @@ describe("probe programs", { skip: skipWithoutKernel(), timeout: 120_000 }, () =
   }
 });
 
-describe("lostwrite probe and doctor", { skip: skipWithoutKernel() }, () => {
+describe("lostwrite probe and doctor", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
   const cli = (args: string[]) =>
     spawnSync(path.resolve("node_modules/.bin/node"), [path.resolve("agent/src/cli.ts"), ...args], { encoding: "utf8" });
 
