@@ -13,7 +13,9 @@ for (const [name, value] of Object.entries(os.constants.errno)) if (!ERRNO_NAMES
 const ETIMEDOUT = os.constants.errno.ETIMEDOUT;
 /** The close line's CLOSED_BY: 1 the target (the client) ended the connection, 2 the apiserver, 0 not known. */
 const CLOSED_BY_TARGET = 1;
+const CLOSED_BY_APISERVER = 2;
 const ECONNRESET = os.constants.errno.ECONNRESET;
+const EPIPE = os.constants.errno.EPIPE;
 
 export function errnoName(errno: number): string {
   return ERRNO_NAMES.get(errno) ?? `E${errno}`;
@@ -79,7 +81,11 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
       // The client's own FIN (or abortive close) came first: it gave up on
       // the request, whatever the apiserver did after.
       const byClient = record.closedBy === CLOSED_BY_TARGET;
-      const failed = record.reset || record.err !== 0;
+      // The apiserver's FIN came first and a reset answered what the client
+      // wrote after it (the kernel sets EPIPE for a reset in CLOSE_WAIT): the
+      // apiserver closed the connection; the reset is its echo.
+      const resetAfterClose = record.closedBy === CLOSED_BY_APISERVER && record.err === EPIPE;
+      const failed = !resetAfterClose && (record.reset || record.err !== 0);
       const unanswered = record.unansweredBytes >= opts.unansweredMinBytes;
       const reason: ConnectionLossReason | null = byClient
         ? unanswered ? "closed_by_client" : null
@@ -87,7 +93,7 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
       if (!unanswered) {
         return reason ? { kind: "connection_loss", pid: record.pid, process: record.comm, reason } : { kind: "none" };
       }
-      const errno = record.err ? record.err : record.reset ? ECONNRESET : 0;
+      const errno = resetAfterClose ? 0 : record.err ? record.err : record.reset ? ECONNRESET : 0;
       return {
         kind: "loss",
         connectionLoss: reason,

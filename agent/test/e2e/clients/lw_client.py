@@ -138,9 +138,32 @@ def flood(host, port, rate=25000, seconds=30.0):
     report("flood", None, counts=counts, seconds=time.monotonic() - started)
 
 
-MODES = {"flood": flood, "tls_reset": tls_reset, "plain_reset": plain_reset, "refused": refused, "zero": zero, "eagain": eagain, "wait_then_reset": wait_then_reset}
+def fresh_tls(host, port, version, action):
+    """A status PATCH as the first request on a new TLS connection, right after the handshake.
+
+    The server reads it and resets or closes without answering (its path says
+    which). No pause between handshake and request: what a client that opens a
+    connection to write status does.
+    """
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_3 if version == "1.3" else ssl.TLSVersion.TLSv1_2
+    tls = ctx.wrap_socket(socket.create_connection((host, port)), server_hostname="localhost")
+    body = b'{"status":{"phase":"Ready","message":"' + b"x" * 300 + b'"}}'
+    tls.sendall(f"PATCH /apis/demo.lostwrite.dev/v1/namespaces/{action}/widgets/w1/status HTTP/1.1\r\nHost: localhost\r\n"
+                f"Content-Type: application/merge-patch+json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    try:
+        got = len(tls.recv(65536))
+        report("fresh_tls", None, tls=tls.version(), read=got)
+    except OSError as e:
+        report("fresh_tls", e.errno, tls=tls.version())
+    tls.close()
+
+
+MODES = {"flood": flood, "fresh_tls": fresh_tls, "tls_reset": tls_reset, "plain_reset": plain_reset, "refused": refused, "zero": zero, "eagain": eagain, "wait_then_reset": wait_then_reset}
 
 if __name__ == "__main__":
     if sys.argv[1] != "wait_then_reset":
         sys.stdin.readline()  # the test says go once the agent watches this process
-    MODES[sys.argv[1]](sys.argv[2], int(sys.argv[3]))
+    MODES[sys.argv[1]](sys.argv[2], int(sys.argv[3]), *sys.argv[4:])

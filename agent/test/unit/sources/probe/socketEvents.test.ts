@@ -56,6 +56,10 @@ describe("judge", () => {
     assert.deepEqual([byServer.event.cause, byServer.connectionLoss], ["connection_closed_unanswered", "closed_unanswered"]);
     const resetByServer = judge(close({ closedBy: 2, reset: true, err: 104, unansweredBytes: 500 }), opts);
     assert.ok(resetByServer.kind === "loss" && resetByServer.event.cause === "connection_reset" && resetByServer.connectionLoss === "reset");
+    // The apiserver's FIN first, then a reset for what the client wrote after it (EPIPE in CLOSE_WAIT): the apiserver closed.
+    const closedThenReset = judge(close({ closedBy: 2, reset: true, err: 32, unansweredBytes: 500 }), opts);
+    assert.ok(closedThenReset.kind === "loss");
+    assert.deepEqual([closedThenReset.event.cause, closedThenReset.event.errno, closedThenReset.connectionLoss], ["connection_closed_unanswered", null, "closed_unanswered"]);
     // The client closing an idle connection is normal.
     assert.deepEqual(judge(close({ closedBy: 1, unansweredBytes: 40 }), opts), { kind: "none" });
   });
