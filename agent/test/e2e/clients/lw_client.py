@@ -37,6 +37,10 @@ def tls_reset(host, port):
     ctx.verify_mode = ssl.CERT_NONE
     raw = socket.create_connection((host, port))
     tls = ctx.wrap_socket(raw, server_hostname="localhost")
+    # The test server is OpenSSL's: its TLS 1.3 session tickets follow the
+    # handshake. Sent after them, the request is judged on its own (sent before,
+    # they would look like its answer: the known limit in apiserver_sockets.bt).
+    time.sleep(0.1)
     tls.sendall(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
     time.sleep(0.5)
     for i in range(2):
