@@ -12,7 +12,7 @@ import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, work
 import type { AgentMetrics } from "./sinks/metrics.ts";
 import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
-import { DeadConnectionEchoes, errnoName, judge } from "./sources/probe/socketEvents.ts";
+import { errnoName, judge } from "./sources/probe/socketEvents.ts";
 import { syscallName } from "./vocabulary/syscalls.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
 
@@ -45,7 +45,6 @@ export function buildLossStages(opts: LossStagesOptions) {
   const now = opts.now ?? Date.now;
   const counters = new CounterDeltas();
   const controllers = new BoundedLabel(256);
-  const deadConnections = new DeadConnectionEchoes();
   const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics, now });
 
   const identityOf = (pid: number, tid: number, comm: string): ProcessIdentity => {
@@ -83,10 +82,13 @@ export function buildLossStages(opts: LossStagesOptions) {
         if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
         else if (record.map === "bytes") metrics.writeBytes.inc(labels, Number(delta));
         else if (record.map === "retransmits") metrics.retransmits.inc(labels, Number(delta));
-        else if (record.map === "transient") {
-          // EAGAIN, EINTR, EINPROGRESS: failed syscalls the caller retries, counted but not losses.
+        else {
+          // transient: EAGAIN, EINTR, EINPROGRESS, failed syscalls the caller
+          // retries, counted but not losses. failedSends: every other failed
+          // (or, errno 0, zero-byte) send, counted in the kernel because only
+          // the first failure per socket is printed.
           const [, nr = -1, errno = 0] = key;
-          recordSocketEvent(metrics, { syscall: syscallName(nr), errno: errnoName(errno) }, labels, Number(delta));
+          recordSocketEvent(metrics, { syscall: syscallName(nr), errno: errno === 0 ? null : errnoName(errno) }, labels, Number(delta));
         }
       }
       return;
@@ -97,19 +99,20 @@ export function buildLossStages(opts: LossStagesOptions) {
     } else if (verdict.kind === "loss") {
       const { event } = verdict;
       const identity = identityOf(event.pid, event.tid, event.process);
-      recordSocketEvent(metrics, event, identity);
+      // A failed send is counted from the kernel's @failed_sends; a failed connect only here.
+      if (record.type === "connect") recordSocketEvent(metrics, event, identity);
       if (verdict.connectionLoss) recordConnectionLoss(metrics, identity, verdict.connectionLoss);
       if (opts.claimSocketEvent?.(event, identity)) return;
       addSocketEvent(event, identity);
     }
   };
 
-  /** A socket-path loss, judged: on to the correlator unless it echoes a death already reported. */
-  const addSocketEvent = (event: SocketEvent, identity: ProcessIdentity): void => {
-    if (deadConnections.isEcho(event)) return;
-    deadConnections.note(event);
-    correlator.addSocketEvent(event, identity);
-  };
+  /**
+   * A socket-path loss, judged: on to the correlator. A failed send on a
+   * socket whose death was already reported never gets here: the kernel
+   * prints only the first (probes/apiserver_sockets.bt, ONE DEAD SOCKET, ONE LINE).
+   */
+  const addSocketEvent = (event: SocketEvent, identity: ProcessIdentity): void => correlator.addSocketEvent(event, identity);
 
   /** A loss a request-level probe saw: labelled with what is known of its process, then correlated. */
   const addRequestLoss = (event: SocketEvent): void => {

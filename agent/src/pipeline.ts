@@ -157,7 +157,12 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     log,
     agentHostPid: self.hostPid,
     // With rules that can match a program started later, every exec is traced at once.
-    state: () => ({ targets: targets.pids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config) }),
+    state: () => ({
+      targets: targets.pids(),
+      endpoints: endpoints.current(),
+      execWatch: newProgramsCanMatch(config),
+      unansweredMinBytes: config["unanswered-min-bytes"],
+    }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
     onInstance: () => judged.counters.reset(),
   });

@@ -25,6 +25,7 @@ export async function renderProbeForConfig(config: Config): Promise<string> {
       targets: targets.keys(),
       endpoints: config.apiserver.map(parseEndpoint),
       execWatch: newProgramsCanMatch(config),
+      unansweredMinBytes: config["unanswered-min-bytes"],
     })
   );
 }

@@ -62,7 +62,7 @@ export interface DemoStack {
   logPath: string;
   apiserver: Apiserver;
   operators: RunningOperator[];
-  /** The third target: a client that writes into dead connections (write_failed, zero_byte_write). */
+  /** The third target: a client that writes into dead connections (counted, folded into their death) and sends zero bytes. */
   writer: StatusWriter;
   agent: RunningAgent;
   /** Changes a widget's spec (a new generation), so its operator writes status. */

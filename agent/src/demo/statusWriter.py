@@ -25,8 +25,8 @@ import sys
 import time
 
 PATCH_BYTES = 300
-# Longer than the agent's 100 ms window in which a failed send is taken to be
-# the echo of the connection's death rather than a loss of its own.
+# A client-go-style pause before writing again: the agent folds the failed
+# write into the connection's death however late it comes.
 WRITE_AGAIN_AFTER_S = 0.4
 
 

@@ -16,8 +16,12 @@ export const LOSS_CAUSES = [
 ] as const;
 export type LossCause = (typeof LOSS_CAUSES)[number];
 
-/** How an apiserver connection died with a request still unanswered. */
-export const CONNECTION_LOSS_REASONS = ["reset", "timeout", "closed_unanswered"] as const;
+/**
+ * How an apiserver connection died with a request still unanswered:
+ * closed_unanswered is the apiserver's close (or a close nobody can tell),
+ * closed_by_client the client's own (its timeout, a cancel).
+ */
+export const CONNECTION_LOSS_REASONS = ["reset", "timeout", "closed_unanswered", "closed_by_client"] as const;
 export type ConnectionLossReason = (typeof CONNECTION_LOSS_REASONS)[number];
 
 /** Whether the operator's own telemetry recorded the failure. */

@@ -148,6 +148,24 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     await c.exit();
   });
 
+  it("(1c) the server resets on the headers while the client still writes its body: one connection_reset, the failed writes counted", async () => {
+    // An HTTP/1.1 client writes the rest of its body into the dead socket:
+    // those failures are the same lost request, not losses of their own.
+    const BIG_BODY = 4 << 20;
+    const c = client("lwc-midbody");
+    api.control.addRule({ id: "reset-midbody", method: "PATCH", path: `${WIDGETS}/midbody/*/status`, action: "reset", afterBytes: 0 });
+    await connectAndWarmUp(c);
+    const request = await c.run(`request PATCH ${WIDGETS}/midbody/widgets/w1/status ${BIG_BODY}`, 20_000);
+    assert.equal(request.status, null, `client saw ${JSON.stringify(request)}`);
+    assert.ok(request.errno !== null || request.error, `the write failed: ${JSON.stringify(request)}`);
+    await waitFor("the failed write counted", async () => (await agent.metric("lostwrite_apiserver_syscall_errors_total", { process: c.comm })) >= 1, 3000);
+    await settle();
+    const events = eventsOf(c);
+    assert.deepEqual(events.map((e) => e.cause), ["connection_reset"], `exactly one event: ${JSON.stringify(events)}`);
+    assert.equal(await losses(c, "reset"), 1);
+    await c.exit();
+  });
+
   it("(2) the server reads the request and closes without answering: one connection_closed_unanswered", async () => {
     const c = client("lwc-closed");
     api.control.addRule({ id: "close-status", method: "PATCH", path: `${WIDGETS}/closed/*/status`, action: "close" });
@@ -160,16 +178,17 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     const events = eventsOf(c);
     assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}`);
     const [event] = events as [LossEvent];
+    // The apiserver's FIN came first: it closed, not the client.
     assert.equal(event.cause, "connection_closed_unanswered");
     assert.equal(event.errno, null, "a clean FIN carries no error");
     assert.equal(event.syscall, null);
     assertWireBytes(event, request, connected, true);
     assert.equal(await losses(c, "closed_unanswered"), 1);
-    assert.equal(await losses(c, "reset"), 0);
+    assert.equal(await losses(c, "reset") + (await losses(c, "closed_by_client")), 0);
     await c.exit();
   });
 
-  it("(3) the server stops answering, the client times out and closes: one loss that waited the client's timeout", async () => {
+  it("(3) the server stops answering, the client times out and closes: one client_gave_up loss that waited the client's timeout", async () => {
     const c = client("lwc-timeout");
     // Far longer than the client waits; the answer, if it ever comes, finds the connection gone.
     api.control.addRule({ id: "slow-status", method: "PATCH", path: `${WIDGETS}/slow/*/status`, action: "delay", for: "10s" });
@@ -182,17 +201,18 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     const events = eventsOf(c);
     assert.equal(events.length, 1, `exactly one event: ${JSON.stringify(events)}`);
     const [event] = events as [LossEvent];
-    // The client closes with close(): a FIN, answered by the server's FIN, so
-    // the connection ends cleanly with the request unanswered.
-    assert.equal(event.cause, "connection_closed_unanswered");
+    // The client closes with close(): its FIN came first, so the kernel knows
+    // the client ended the connection, not the apiserver.
+    assert.equal(event.cause, "client_gave_up");
+    assert.equal(event.errno, null);
     assertWireBytes(event, request, connected);
     // The wait starts at the first byte of the request and ends when the
     // connection reaches CLOSE, right after the client gave up.
     const timeoutMs = CLIENT_TIMEOUT_S * 1000;
     assert.ok(event.unanswered_for_ms! >= timeoutMs && event.unanswered_for_ms! <= timeoutMs + 500,
       `unanswered for ${event.unanswered_for_ms} ms, client timeout ${timeoutMs} ms, client waited ${request.elapsed_ms} ms`);
-    assert.equal(await losses(c, "closed_unanswered"), 1);
-    assert.equal(await losses(c, "reset") + (await losses(c, "timeout")), 0);
+    assert.equal(await losses(c, "closed_by_client"), 1);
+    assert.equal(await losses(c, "reset") + (await losses(c, "timeout")) + (await losses(c, "closed_unanswered")), 0);
     await c.exit();
   });
 
@@ -240,7 +260,7 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     await c.run("close");
     await settle();
     assert.deepEqual(eventsOf(c), []);
-    for (const reason of ["reset", "timeout", "closed_unanswered"]) assert.equal(await losses(c, reason), 0, reason);
+    for (const reason of ["reset", "timeout", "closed_unanswered", "closed_by_client"]) assert.equal(await losses(c, reason), 0, reason);
     // Not zero by blindness: the probe saw this connection's writes.
     await waitFor("the idle client's writes in /metrics", async () => (await agent.metric("lostwrite_apiserver_writes_total", { process: c.comm })) >= 3);
     await c.exit();
@@ -255,7 +275,7 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     assert.equal(eof.readable, true, `the client saw the close: ${JSON.stringify(eof)}`);
     await settle();
     assert.deepEqual(eventsOf(c), []);
-    for (const reason of ["reset", "timeout", "closed_unanswered"]) assert.equal(await losses(c, reason), 0, reason);
+    for (const reason of ["reset", "timeout", "closed_unanswered", "closed_by_client"]) assert.equal(await losses(c, reason), 0, reason);
     assert.ok((await agent.metric("lostwrite_apiserver_writes_total", { process: c.comm })) >= 2);
     await c.exit();
   });
@@ -331,9 +351,10 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     const byProcess = agent.events.filter((e) => e.process !== "lwc-fresh" && e.process !== "lwc-stalled").map((e) => `${e.process}:${e.cause}`).sort();
     assert.deepEqual(byProcess, [
       "lwc-closed:connection_closed_unanswered",
+      "lwc-midbody:connection_reset",
       "lwc-reset:connection_reset",
       "lwc-retrans:connection_reset",
-      "lwc-timeout:connection_closed_unanswered",
+      "lwc-timeout:client_gave_up",
     ]);
     // Only the withheld request was retransmitted (and, maybe, the stalled
     // one's last segment: its kernel probes a shut window until it gives up).

@@ -10,7 +10,7 @@ import { parseEndpoint } from "../../src/sources/probe/endpointKey.ts";
 import { PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
-describe("probe programs", { skip: skipWithoutKernel() }, () => {
+describe("probe programs", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
   for (const variant of PROBE_VARIANTS) {
     it(`${variant}: dry-run compiles with bpftrace -d, also watching execs`, () => {
       assertKernelRequirements();
@@ -23,6 +23,7 @@ describe("probe programs", { skip: skipWithoutKernel() }, () => {
             targets: [1, 4194304],
             endpoints: ["10.96.0.1:443", "[fd00::1]:6443"].map(parseEndpoint),
             execWatch: true,
+            unansweredMinBytes: 100,
           }),
         );
         const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20 });
@@ -37,7 +38,7 @@ describe("probe programs", { skip: skipWithoutKernel() }, () => {
   }
 });
 
-describe("lostwrite probe and doctor", { skip: skipWithoutKernel() }, () => {
+describe("lostwrite probe and doctor", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
   const cli = (args: string[]) =>
     spawnSync(path.resolve("node_modules/.bin/node"), [path.resolve("agent/src/cli.ts"), ...args], { encoding: "utf8" });
 

@@ -33,11 +33,16 @@ export class CounterDeltas {
     return out;
   }
 
-  /** The kernel deleted this pid's counters: forget their baselines too. */
+  /**
+   * The kernel deleted this pid's counters: forget their baselines too. Only
+   * the maps keyed on the pid alone: bpftrace cannot delete the entries of a
+   * pid in a map with a longer key (@transient, @failed_sends), which keep
+   * their values, so their baselines must stay or the next print would count
+   * them again.
+   */
   forget(pid: number): void {
     for (const id of this.last.keys()) {
-      const key = id.slice(id.indexOf("/") + 1);
-      if (key === String(pid) || key.startsWith(`${pid},`)) this.last.delete(id);
+      if (id.slice(id.indexOf("/") + 1) === String(pid)) this.last.delete(id);
     }
   }
 }

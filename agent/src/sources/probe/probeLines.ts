@@ -34,6 +34,8 @@ export const PROBE_FAMILIES = {
       tid: "int",
       err: "int",
       reset: "bool",
+      // Who ended the connection: 1 the target, 2 the apiserver, 0 not known (CLOSED_BY in the headers).
+      closedBy: "int",
       unansweredBytes: "int",
       waitedNs: "u64",
       retransmits: "int",

@@ -7,7 +7,7 @@ import { isPrintfKind, parsePrintfFields, type PrintfRecord } from "./probeLines
 
 export const MAX_LINE_BYTES = 4 * 1024 * 1024;
 
-export type CounterMap = "writes" | "bytes" | "transient" | "retransmits";
+export type CounterMap = "writes" | "bytes" | "transient" | "failedSends" | "retransmits";
 
 /**
  * One line of bpftrace output. The printf lines (hello, exec, send, connect,
@@ -33,6 +33,7 @@ const COUNTER_MAPS: Record<string, CounterMap> = {
   "@writes": "writes",
   "@bytes": "bytes",
   "@transient": "transient",
+  "@failed_sends": "failedSends",
   "@retransmits": "retransmits",
 };
 

@@ -14,6 +14,8 @@ export interface ProbeState {
   endpoints: Iterable<EndpointKey>;
   /** Rules can match a program that starts later: trace every exec until user space decides. */
   execWatch?: boolean;
+  /** --unanswered-min-bytes: a close leaving this much unanswered is a loss, and later failed sends on its socket fold into it. */
+  unansweredMinBytes?: number;
 }
 
 const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -25,6 +27,7 @@ export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
     "sock/inet_sock_set_state",
     "tcp/tcp_receive_reset",
     "tcp/tcp_retransmit_skb",
+    "tcp/tcp_destroy_sock",
     "sched/sched_process_exec",
     "sched/sched_process_exit",
   ],
@@ -43,6 +46,7 @@ export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {
     "tcp/tcp_rcv_space_adjust",
     "tcp/tcp_receive_reset",
     "tcp/tcp_retransmit_skb",
+    "tcp/tcp_destroy_sock",
     "sched/sched_process_exec",
     "sched/sched_process_exit",
   ],
@@ -101,6 +105,7 @@ export function renderProgram(variant: ProbeVariant, state: ProbeState): string 
   if (!source.includes(MARKER)) throw new Error(`${programPath(variant)} lacks the "${MARKER}" line`);
   const lines: string[] = [];
   if (state.execWatch) lines.push("@exec_watch = 1;");
+  if (state.unansweredMinBytes !== undefined) lines.push(`@unanswered_min = (uint64)${state.unansweredMinBytes};`);
   for (const pid of [...state.targets].sort((a, b) => a - b)) lines.push(`@targets[(uint64)${pid}] = 1;`);
   for (const endpoint of state.endpoints) {
     for (const key of kernelKeys(endpoint)) {

@@ -11,7 +11,11 @@ import { syscallName } from "../../vocabulary/syscalls.ts";
 const ERRNO_NAMES = new Map<number, string>();
 for (const [name, value] of Object.entries(os.constants.errno)) if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
 const ETIMEDOUT = os.constants.errno.ETIMEDOUT;
+/** The close line's CLOSED_BY: 1 the target (the client) ended the connection, 2 the apiserver, 0 not known. */
+const CLOSED_BY_TARGET = 1;
+const CLOSED_BY_APISERVER = 2;
 const ECONNRESET = os.constants.errno.ECONNRESET;
+const EPIPE = os.constants.errno.EPIPE;
 
 export function errnoName(errno: number): string {
   return ERRNO_NAMES.get(errno) ?? `E${errno}`;
@@ -74,13 +78,22 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
         },
       };
     case "close": {
-      const failed = record.reset || record.err !== 0;
-      const reason: ConnectionLossReason | null =
-        record.err === ETIMEDOUT ? "timeout" : failed ? "reset" : record.unansweredBytes >= opts.unansweredMinBytes ? "closed_unanswered" : null;
-      if (record.unansweredBytes < opts.unansweredMinBytes) {
+      // The client's own FIN (or abortive close) came first: it gave up on
+      // the request, whatever the apiserver did after.
+      const byClient = record.closedBy === CLOSED_BY_TARGET;
+      // The apiserver's FIN came first and a reset answered what the client
+      // wrote after it (the kernel sets EPIPE for a reset in CLOSE_WAIT): the
+      // apiserver closed the connection; the reset is its echo.
+      const resetAfterClose = record.closedBy === CLOSED_BY_APISERVER && record.err === EPIPE;
+      const failed = !resetAfterClose && (record.reset || record.err !== 0);
+      const unanswered = record.unansweredBytes >= opts.unansweredMinBytes;
+      const reason: ConnectionLossReason | null = byClient
+        ? unanswered ? "closed_by_client" : null
+        : record.err === ETIMEDOUT ? "timeout" : failed ? "reset" : unanswered ? "closed_unanswered" : null;
+      if (!unanswered) {
         return reason ? { kind: "connection_loss", pid: record.pid, process: record.comm, reason } : { kind: "none" };
       }
-      const errno = record.err ? record.err : record.reset ? ECONNRESET : 0;
+      const errno = resetAfterClose ? 0 : record.err ? record.err : record.reset ? ECONNRESET : 0;
       return {
         kind: "loss",
         connectionLoss: reason,
@@ -94,7 +107,7 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
           errno: errno ? errnoName(errno) : null,
           bytes: record.unansweredBytes,
           apiserver: peer(record.addr, record.port),
-          cause: failed ? "connection_reset" : "connection_closed_unanswered",
+          cause: byClient ? "client_gave_up" : failed ? "connection_reset" : "connection_closed_unanswered",
           unansweredBytes: record.unansweredBytes,
           unansweredForMs: Number(record.waitedNs / 1000n) / 1000,
           retransmits: record.retransmits,
@@ -105,39 +118,3 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
       return { kind: "none" };
   }
 }
-
-/**
- * One lost request, one event: a connection that died with a request
- * unanswered is often followed, within microseconds, by the failure of the
- * write that was blocked on it (ETIMEDOUT) or of the next frame written into
- * it (EPIPE, ECONNRESET). Such a send failure by the same process to the same
- * apiserver, right after the death was reported, is the death's echo: still
- * counted as a failed syscall, not as a second loss. Keyed on kernel time, so
- * replay judges the same way.
- */
-export class DeadConnectionEchoes {
-  private readonly deaths = new Map<string, bigint>();
-  private readonly windowNs: bigint;
-  private readonly capacity: number;
-
-  constructor(windowMs = 100, capacity = 1024) {
-    this.windowNs = BigInt(windowMs) * 1_000_000n;
-    this.capacity = capacity;
-  }
-
-  note(event: SocketEvent): void {
-    if (event.cause !== "connection_reset" && event.cause !== "connection_closed_unanswered") return;
-    const key = `${event.pid}/${event.apiserver}`;
-    this.deaths.delete(key);
-    this.deaths.set(key, event.kernelTimeNs);
-    if (this.deaths.size > this.capacity) this.deaths.delete(this.deaths.keys().next().value!);
-  }
-
-  isEcho(event: SocketEvent): boolean {
-    if (event.cause !== "write_failed" || !ECHO_ERRNOS.has(event.errno ?? "")) return false;
-    const died = this.deaths.get(`${event.pid}/${event.apiserver}`);
-    return died !== undefined && event.kernelTimeNs >= died && event.kernelTimeNs - died <= this.windowNs;
-  }
-}
-
-const ECHO_ERRNOS = new Set(["EPIPE", "ECONNRESET", "ETIMEDOUT"]);

@@ -36,6 +36,7 @@ type Expected =
       tid: number;
       err: number;
       reset: boolean;
+      closedBy: number;
       unansweredBytes: number;
       waitedNs: bigint;
       retransmits: number;

@@ -4,10 +4,10 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { CounterDeltas } from "../../../../src/sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "../../../../src/sources/probe/probeOutput.ts";
-import { DeadConnectionEchoes, errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts";
+import { errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts";
 
 const close = (over: Partial<Extract<ProbeRecord, { type: "close" }>>): ProbeRecord => ({
-  type: "close", ts: 10n, pid: 7, tid: 8, err: 0, reset: false, unansweredBytes: 0, waitedNs: 0n, retransmits: 0,
+  type: "close", ts: 10n, pid: 7, tid: 8, err: 0, reset: false, closedBy: 0, unansweredBytes: 0, waitedNs: 0n, retransmits: 0,
   port: 6443, addr: "10.0.0.1", comm: "manager", ...over,
 });
 const opts = { unansweredMinBytes: 64 };
@@ -43,6 +43,26 @@ describe("judge", () => {
     assert.deepEqual(judge(close({ reset: true, unansweredBytes: 40 }), opts), { kind: "connection_loss", pid: 7, process: "manager", reason: "reset" });
     assert.deepEqual(judge(close({ unansweredBytes: 0 }), opts), { kind: "none" });
   });
+
+  it("says who closed: the client's own close is its giving up, the apiserver's a loss it caused", () => {
+    // The client's FIN first (its timeout), whatever came back after it.
+    for (const over of [{}, { reset: true, err: 32 }]) {
+      const gaveUp = judge(close({ closedBy: 1, unansweredBytes: 500, ...over }), opts);
+      assert.ok(gaveUp.kind === "loss", JSON.stringify(over));
+      assert.deepEqual([gaveUp.event.cause, gaveUp.connectionLoss], ["client_gave_up", "closed_by_client"]);
+    }
+    const byServer = judge(close({ closedBy: 2, unansweredBytes: 500 }), opts);
+    assert.ok(byServer.kind === "loss");
+    assert.deepEqual([byServer.event.cause, byServer.connectionLoss], ["connection_closed_unanswered", "closed_unanswered"]);
+    const resetByServer = judge(close({ closedBy: 2, reset: true, err: 104, unansweredBytes: 500 }), opts);
+    assert.ok(resetByServer.kind === "loss" && resetByServer.event.cause === "connection_reset" && resetByServer.connectionLoss === "reset");
+    // The apiserver's FIN first, then a reset for what the client wrote after it (EPIPE in CLOSE_WAIT): the apiserver closed.
+    const closedThenReset = judge(close({ closedBy: 2, reset: true, err: 32, unansweredBytes: 500 }), opts);
+    assert.ok(closedThenReset.kind === "loss");
+    assert.deepEqual([closedThenReset.event.cause, closedThenReset.event.errno, closedThenReset.connectionLoss], ["connection_closed_unanswered", null, "closed_unanswered"]);
+    // The client closing an idle connection is normal.
+    assert.deepEqual(judge(close({ closedBy: 1, unansweredBytes: 40 }), opts), { kind: "none" });
+  });
 });
 
 describe("CounterDeltas", () => {
@@ -57,29 +77,17 @@ describe("CounterDeltas", () => {
     assert.deepEqual(deltas.update("writes", [{ key: [1], value: 1n }]), [{ key: [1], delta: 1n }]);
   });
 
+  it("keeps the baselines of maps keyed on more than the pid, which the kernel cannot forget", () => {
+    const deltas = new CounterDeltas();
+    deltas.update("failedSends", [{ key: [1, 44, 32], value: 20_000n }]);
+    deltas.forget(1);
+    // The kernel still holds 20 000 for this key: only the growth is new.
+    assert.deepEqual(deltas.update("failedSends", [{ key: [1, 44, 32], value: 20_003n }]), [{ key: [1, 44, 32], delta: 3n }]);
+  });
+
   it("is bounded and counts what it could not track", () => {
     const deltas = new CounterDeltas(2);
     deltas.update("writes", [1, 2, 3].map((pid) => ({ key: [pid], value: 1n })));
     assert.equal(deltas.dropped, 1);
-  });
-});
-
-describe("DeadConnectionEchoes", () => {
-  const death = judge(close({ ts: 1_000_000_000n, err: 110, unansweredBytes: 4000 }), opts);
-  const send = (ts: bigint, ret: number, pid = 7) =>
-    judge({ type: "send", ts, pid, tid: pid, syscallNr: 1, ret, port: 6443, addr: "10.0.0.1", comm: "manager" }, opts);
-
-  it("folds the blocked write that failed with the connection into its death", () => {
-    assert.ok(death.kind === "loss");
-    const echoes = new DeadConnectionEchoes(100);
-    echoes.note(death.event);
-    const blocked = send(1_002_000_000n, -110);
-    assert.ok(blocked.kind === "loss" && echoes.isEcho(blocked.event), "2 ms later, same process and apiserver");
-    const later = send(1_200_000_000n, -32);
-    assert.ok(later.kind === "loss" && !echoes.isEcho(later.event), "200 ms later it is a new write");
-    const other = send(1_002_000_000n, -32, 8);
-    assert.ok(other.kind === "loss" && !echoes.isEcho(other.event), "another process");
-    const zero = send(1_002_000_000n, 0);
-    assert.ok(zero.kind === "loss" && !echoes.isEcho(zero.event), "a zero-byte write is its own loss");
   });
 });

@@ -37,7 +37,7 @@ const SESSION_RECORDS: DataRecord[] = [
   {
     kind: "probe",
     t: 8151000000001n,
-    line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 0 0 0 6443 127.0.0.1 python3\\n"}',
+    line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 2 0 0 0 6443 127.0.0.1 python3\\n"}',
   },
 ];
 

@@ -1,0 +1,3 @@
+module lostwrite.dev/testbed/go-tls-server
+
+go 1.19
