@@ -27,7 +27,7 @@ import WebSocket from "ws";
 import { startApiserver } from "../../testbed/apiserver/apiserver.ts";
 import type { LossEvent } from "../src/model.ts";
 import { parseRfc3339Ns } from "../src/sinks/rfc3339.ts";
-import { startAgentProcess, waitFor } from "../test/e2e/support/agentProcess.ts";
+import { sendSpanOfProcess, startAgentProcess, waitFor } from "../test/e2e/support/agentProcess.ts";
 import { NamedClients, type HttpsClient } from "../test/e2e/support/httpsClient.ts";
 
 const WIDGETS = "/apis/demo.lostwrite.dev/v1/namespaces";
@@ -97,16 +97,8 @@ async function main(): Promise<void> {
 
     const traced = clients.client("lwl-traced");
     await traced.watchedBy(agent);
-    const now = BigInt(Date.now()) * 1_000_000n;
-    const span = {
-      resourceSpans: [{
-        resource: { attributes: [{ key: "process.pid", value: { intValue: String(traced.pid) } }, { key: "service.name", value: { stringValue: "traced" } }] },
-        scopeSpans: [{ spans: [{ traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", name: "housekeeping", kind: 1,
-          startTimeUnixNano: String(now - 1_000_000n), endTimeUnixNano: String(now) }] }],
-      }],
-    };
-    const res = await fetch(`http://127.0.0.1:${agent.otlpPort}/v1/traces`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(span) });
-    if (!res.ok) throw new Error(`the traced client's span was refused: ${res.status} ${await res.text()}`);
+    const sent = await sendSpanOfProcess(agent, traced.pid);
+    if (sent.status !== 200) throw new Error(`the traced client's span was refused: ${sent.status} ${sent.text}`);
     const tracedCount = Math.max(5, Math.ceil(losses / 4));
     const waited = (await lose(traced, "traced", tracedCount, windowMs)).map((ms) => ms - windowMs);
 

@@ -9,7 +9,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import type { LossEvent } from "../../src/model.ts";
-import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { sendSpanOfProcess, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { NamedClients, type HttpsClient } from "./support/httpsClient.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
@@ -66,16 +66,8 @@ describe("no waiting for spans that never come", { skip: skipWithoutKernel(), ti
     const c = client("lwn-traced");
     await c.watchedBy(agent);
     // One span from this process (its own pid, as an SDK's resource says), as any traced operator sends.
-    const now = BigInt(Date.now()) * 1_000_000n;
-    const body = {
-      resourceSpans: [{
-        resource: { attributes: [{ key: "process.pid", value: { intValue: String(c.pid) } }, { key: "service.name", value: { stringValue: "traced" } }] },
-        scopeSpans: [{ spans: [{ traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", name: "housekeeping", kind: 1,
-          startTimeUnixNano: String(now - 1_000_000n), endTimeUnixNano: String(now) }] }],
-      }],
-    };
-    const res = await fetch(`http://127.0.0.1:${agent.otlpPort}/v1/traces`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-    assert.equal(res.status, 200, await res.text());
+    const sent = await sendSpanOfProcess(agent, c.pid);
+    assert.equal(sent.status, 200, sent.text);
     const { event, afterMs } = await lose(c, "traced");
     assert.equal(event.correlation, "none");
     assert.ok(afterMs >= WINDOW_MS - 1000, `reported ${afterMs} ms after the fault: it should have waited for spans`);
