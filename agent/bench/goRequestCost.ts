@@ -30,6 +30,7 @@ import { GO_PROBE_ENV, renderGoProgram } from "../src/sources/goHttp2/goProbePro
 import { bpftraceEnv } from "../src/sources/probe/probeProgram.ts";
 import { median } from "./costTable.ts";
 import { LineProcess } from "./loopProcesses.ts";
+import { positiveOption } from "./positiveOption.ts";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Timed runs per phase; the fastest is kept. */
@@ -37,12 +38,7 @@ const RUNS_PER_PHASE = 3;
 
 function options(): { rounds: number; requests: number } {
   const { values } = parseArgs({ options: { rounds: { type: "string" }, requests: { type: "string" } }, strict: true });
-  const positive = (name: string, value: string | undefined, fallback: number): number => {
-    const n = value === undefined ? fallback : Number(value);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
-    return n;
-  };
-  return { rounds: positive("rounds", values.rounds, 5), requests: positive("requests", values.requests, 5000) };
+  return { rounds: positiveOption("rounds", values.rounds, 5), requests: positiveOption("requests", values.requests, 5000) };
 }
 
 /** utime + stime of a process, ns (clock ticks of 10 ms: read over many requests). */

@@ -29,17 +29,13 @@ import type { LossEvent } from "../src/model.ts";
 import { parseRfc3339Ns } from "../src/sinks/rfc3339.ts";
 import { sendSpanOfProcess, startAgentProcess, waitFor } from "../test/e2e/support/agentProcess.ts";
 import { NamedClients, type HttpsClient } from "../test/e2e/support/httpsClient.ts";
+import { positiveOption } from "./positiveOption.ts";
 
 const WIDGETS = "/apis/demo.lostwrite.dev/v1/namespaces";
 
 function options(): { losses: number; windowMs: number } {
   const { values } = parseArgs({ options: { losses: { type: "string" }, window: { type: "string" } }, strict: true });
-  const positive = (name: string, value: string | undefined, fallback: number): number => {
-    const n = value === undefined ? fallback : Number(value);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
-    return n;
-  };
-  return { losses: positive("losses", values.losses, 40), windowMs: positive("window", values.window, 2000) };
+  return { losses: positiveOption("losses", values.losses, 40), windowMs: positiveOption("window", values.window, 2000) };
 }
 
 /** The value at quantile q (nearest rank) of `values`. */
