@@ -6,8 +6,7 @@
 // the in-kernel filter follows.
 import assert from "node:assert/strict";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm, rmdir, symlink, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -17,7 +16,7 @@ import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apise
 import { faultyApiserver } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
-import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
+import { NODE, control, makeContainerCgroup, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
 
 const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_client.py");
 const reasons = [...missingKernelRequirements(), (await whyCannotRun()) ?? ""].filter(Boolean);
@@ -34,15 +33,7 @@ describe("agent --kubernetes", { skip, timeout: 180_000 }, () => {
     assert.equal(await whyCannotRun(), null);
     const dir = await mkdtemp(path.join(os.tmpdir(), "lostwrite-kube-agent-"));
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
-    const mount = (await cgroup2Mount())!;
-    const containerId = randomBytes(32).toString("hex");
-    const podCgroup = path.join(mount, `lostwrite-agent-e2e-${process.pid}.slice`);
-    const containerCgroup = path.join(podCgroup, `cri-containerd-${containerId}.scope`);
-    await mkdir(containerCgroup, { recursive: true });
-    cleanup.push(async () => {
-      await rmdir(containerCgroup);
-      await rmdir(podCgroup);
-    });
+    const { containerId, path: containerCgroup } = await makeContainerCgroup("agent", cleanup);
     const api: Apiserver = await startApiserver({ dir: path.join(dir, "apiserver") });
     cleanup.push(() => api.close());
     const first = await faultyApiserver();

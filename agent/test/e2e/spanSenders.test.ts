@@ -13,8 +13,7 @@
 // namespace of its own and nothing reaches another address.
 import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm, rmdir, symlink, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, describe, it } from "node:test";
@@ -24,7 +23,7 @@ import { protobufBody, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
-import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
+import { NODE, control, makeContainerCgroup, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
 
 const HERE = fileURLToPath(import.meta.url);
 const CLIENT = path.join(path.dirname(HERE), "clients/lw_client.py");
@@ -126,15 +125,7 @@ if (!IN_NETNS) {
 
       const dir = await mkdtemp(path.join(os.tmpdir(), "lostwrite-senders-"));
       cleanup.push(() => rm(dir, { recursive: true, force: true }));
-      const mount = (await cgroup2Mount())!;
-      const containerId = randomBytes(32).toString("hex");
-      const podCgroup = path.join(mount, `lostwrite-senders-e2e-${process.pid}.slice`);
-      const containerCgroup = path.join(podCgroup, `cri-containerd-${containerId}.scope`);
-      await mkdir(containerCgroup, { recursive: true });
-      cleanup.push(async () => {
-        await rmdir(containerCgroup);
-        await rmdir(podCgroup);
-      });
+      const { containerId, path: containerCgroup } = await makeContainerCgroup("senders", cleanup);
       const api: Apiserver = await startApiserver({ dir: path.join(dir, "apiserver") });
       cleanup.push(() => api.close());
       const faulty = await faultyApiserver();

@@ -2,11 +2,31 @@
 // process in (named the way containerd names a container's cgroup), and the
 // pod and EndpointSlice objects the testbed apiserver serves for this node.
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { Apiserver } from "../../../../testbed/apiserver/apiserver.ts";
 
 export const NODE = "node-e2e";
+
+/**
+ * A container's cgroup as containerd names it, under a pod slice named for
+ * this test (`name`) and process, in the cgroup v2 hierarchy; `cleanup` gets
+ * what removes both. Move a process in by writing its pid to `path`/cgroup.procs.
+ */
+export async function makeContainerCgroup(name: string, cleanup: (() => Promise<unknown> | void)[]): Promise<{ containerId: string; path: string }> {
+  const mount = await cgroup2Mount();
+  assert.ok(mount !== null, "a cgroup v2 hierarchy is mounted");
+  const containerId = randomBytes(32).toString("hex");
+  const podCgroup = join(mount, `lostwrite-${name}-e2e-${process.pid}.slice`);
+  const path = join(podCgroup, `cri-containerd-${containerId}.scope`);
+  await mkdir(path, { recursive: true });
+  cleanup.push(async () => {
+    await rmdir(path);
+    await rmdir(podCgroup);
+  });
+  return { containerId, path };
+}
 
 /** The mount point of the cgroup v2 hierarchy, from /proc/self/mountinfo. */
 export async function cgroup2Mount(): Promise<string | null> {
