@@ -12,20 +12,12 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { buildGoTlsServer } from "../../../testbed/go-tls-server/build.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
-import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
 const CLIENTS = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients");
 const NODE = path.resolve(CLIENTS, "../../../../node_modules/.bin/node");
-
-function skipReason(): string | false {
-  const kernel = skipWithoutKernel();
-  if (kernel) return kernel;
-  const go = goUnavailable();
-  return go !== null && process.env.CI !== "true" ? go : false;
-}
 
 interface Outcome {
   step: string;
@@ -35,7 +27,7 @@ interface Outcome {
   errno?: string | null;
 }
 
-describe("the first request on a fresh TLS connection, on the real kernel", { skip: skipReason(), timeout: 180_000 }, () => {
+describe("the first request on a fresh TLS connection, on the real kernel", { skip: skipWithoutKernelOrGo(), timeout: 180_000 }, () => {
   let dir: string;
   let server: ChildProcess;
   let port: number;

@@ -21,7 +21,7 @@ import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
 import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
-import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
 const WIDGETS = "demo.lostwrite.dev/v1/widgets";
 /** The operator's timeout for one status write. */
@@ -39,13 +39,6 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 const loggedFor = (log: LogLine[], msg: "Go probe attached" | "Go probe detached", pid: number): boolean =>
   log.some((line) => line.msg === msg && Array.isArray(line.pids) && line.pids.includes(pid));
 
-function skipReason(): string | false {
-  const kernel = skipWithoutKernel();
-  if (kernel) return kernel;
-  const go = goUnavailable();
-  return go !== null && process.env.CI !== "true" ? go : false;
-}
-
 interface Operator {
   child: ChildProcess;
   pid: number;
@@ -53,7 +46,7 @@ interface Operator {
   stop(): Promise<void>;
 }
 
-describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: skipReason(), timeout: 420_000 }, () => {
+describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: skipWithoutKernelOrGo(), timeout: 420_000 }, () => {
   let dir: string;
   let api: Apiserver;
   let agent: AgentProcess;

@@ -3,6 +3,7 @@
 // reason; under CI=true it fails with it, so CI never passes by skipping.
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
+import { goUnavailable } from "../../../../testbed/goBuild.ts";
 
 export function missingKernelRequirements(): string[] {
   const missing: string[] = [];
@@ -28,6 +29,14 @@ export function skipWithoutKernel(): string | false {
   const missing = missingKernelRequirements();
   if (missing.length === 0 || process.env.CI === "true") return false;
   return missing.join("; ");
+}
+
+/** The same for tests that also build Go programs: without Go they skip, except under CI=true (then they fail). */
+export function skipWithoutKernelOrGo(): string | false {
+  const kernel = skipWithoutKernel();
+  if (kernel) return kernel;
+  const go = goUnavailable();
+  return go !== null && process.env.CI !== "true" ? go : false;
 }
 
 export function assertKernelRequirements(): void {
