@@ -21,6 +21,8 @@ interface ClientStep {
   step: string;
   errno: string | null;
   t: number;
+  /** Bytes the step's sends queued, where the client reports them. */
+  sent?: number;
 }
 
 /**
@@ -246,7 +248,8 @@ describe("probe → metrics on the real kernel", { skip: skipWithoutKernel(), ti
     assert.equal(await agent.metric("lostwrite_apiserver_syscall_errors_total", { errno: "none", syscall: "sendto" }), 1);
   });
 
-  it("counts EAGAIN on a non-blocking socket whose write later succeeds, without a loss", async () => {
+  it("counts EAGAIN on a non-blocking socket whose write later succeeds, without a loss, and its bytes exactly", async () => {
+    const bytesBefore = await agent.metric("lostwrite_apiserver_write_bytes_total", { process: "lw-client" });
     const steps = await runClient(agent, target, "eagain", portOf(slowServer));
     assert.equal(steps.find((s) => s.step === "eagain")?.errno, "EAGAIN");
     assert.equal(steps.find((s) => s.step === "write_after_drain")?.errno, null);
@@ -257,7 +260,12 @@ describe("probe → metrics on the real kernel", { skip: skipWithoutKernel(), ti
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal(agent.events.filter((e) => e.apiserver === `127.0.0.1:${portOf(slowServer)}`).length, 0, "EAGAIN is not a loss");
     assert.ok((await agent.metric("lostwrite_apiserver_writes_total", { process: "lw-client" })) > 0, "successful writes are counted");
-    assert.ok((await agent.metric("lostwrite_apiserver_write_bytes_total", { process: "lw-client" })) > 65536);
+    // Every byte the client's sends queued, counted once its connection closed.
+    const sent = steps.find((s) => s.step === "eagain")!.sent! + steps.find((s) => s.step === "write_after_drain")!.sent!;
+    assert.ok(sent > 65536, `the client sent ${sent} bytes`);
+    await waitFor("the request's bytes counted", async () =>
+      (await agent.metric("lostwrite_apiserver_write_bytes_total", { process: "lw-client" })) - bytesBefore >= sent, COUNTER_LATENCY_MS);
+    assert.equal((await agent.metric("lostwrite_apiserver_write_bytes_total", { process: "lw-client" })) - bytesBefore, sent);
   });
 
   it("ignores the same failures on a non-apiserver port and from a non-target process", async () => {

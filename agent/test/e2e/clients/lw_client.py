@@ -79,13 +79,14 @@ def eagain(host, port):
     s.setblocking(False)
     chunk = b"x" * 65536
     hit = False
+    sent = 0
     for _ in range(10000):
         try:
-            s.send(chunk)
+            sent += s.send(chunk)
         except BlockingIOError:
             hit = True
             break
-    report("eagain", errno.EAGAIN if hit else None)
+    report("eagain", errno.EAGAIN if hit else None, sent=sent)
     select.select([], [s], [], 10)
     s.setblocking(True)
     try_send(s, b"END", "write_after_drain")
