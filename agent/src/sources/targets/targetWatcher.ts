@@ -181,8 +181,10 @@ export class TargetWatcher {
 
   /**
    * A target admitted at its exec may be missing from a scan that read /proc
-   * (or a Kubernetes list) before it existed: it stays while it still runs the
-   * same program, until a scan that began after its admission settles it.
+   * (or a Kubernetes list) before it existed: it stays while it still runs,
+   * until a scan that began after its admission settles it. Its comm is no
+   * test of that: programs rename their main thread after exec (Node 24 calls
+   * it MainThread), and another exec would have been decided by admitExec.
    */
   private async keepFreshlyAdmitted(previous: Map<number, Target>, found: Map<number, Target>): Promise<void> {
     for (const [pid, at] of this.admitted) {
@@ -192,8 +194,7 @@ export class TargetWatcher {
         this.admitted.delete(pid);
         continue;
       }
-      const running = await readProcess(pid, this.opts.procRoot, false);
-      if (running?.comm === target.comm) found.set(pid, target);
+      if (await readProcess(pid, this.opts.procRoot, false)) found.set(pid, target);
     }
   }
 

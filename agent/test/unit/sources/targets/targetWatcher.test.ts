@@ -2,7 +2,7 @@
 // process the probe reports at its exec, read from /proc trees made for the
 // test (host pids, comm, cmdline, NSpid).
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -115,6 +115,18 @@ describe("TargetWatcher.admitExec", () => {
     w.admitExec(44, "pod-proc");
     await w.scan();
     assert.ok(w.pids().includes(44));
+  });
+
+  it("keeps it when it renamed its main thread after exec (Node 24: MainThread), drops it once it exited", async () => {
+    const w = watcher([]);
+    w.admitExec(44, "pod-proc");
+    writeFileSync(path.join(root, "44", "comm"), "MainThread\n");
+    await w.scan();
+    assert.ok(w.pids().includes(44), "renamed, still running");
+    w.admitExec(41, "python3");
+    rmSync(path.join(root, "41"), { recursive: true });
+    await w.scan();
+    assert.ok(!w.pids().includes(41), "exited");
   });
 });
 
