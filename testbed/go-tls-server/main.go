@@ -1,15 +1,17 @@
-// A TLS server with Go's crypto/tls, the stack the kube-apiserver runs on, for
-// tests of fresh connections: it reads one HTTP/1.1 request and never answers.
-// A request whose path holds "/reset/" gets a TCP reset, any other a close
-// (close_notify, then FIN). Go's TLS 1.3 server sends its session tickets
-// before the client's Finished, so nothing but the close comes after the
-// request: what the kernel sees of a real apiserver dropping a request.
+// A TLS server with Go's crypto/tls and net/http, the stacks the kube-apiserver
+// runs on, for tests of fresh connections: it reads one request, HTTP/1.1 or
+// HTTP/2 (ALPN), and never answers. A request whose path holds "/reset/" gets
+// a TCP reset, any other a close (close_notify, then FIN). Go's TLS 1.3
+// server sends its session tickets before the client's Finished, so over
+// HTTP/1.1 nothing but the close comes after the request; over HTTP/2 the
+// server's SETTINGS, its SETTINGS ACK and WINDOW_UPDATEs do, as from a real
+// apiserver: what the kernel sees of a real apiserver dropping a request.
 //
 // Usage: go-tls-server   (prints {"port":N} once listening on 127.0.0.1)
 package main
 
 import (
-	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -25,40 +27,40 @@ import (
 	"time"
 )
 
+type connKey struct{}
+
 func main() {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	check(err)
 	template := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{"localhost"}}
 	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
 	check(err)
-	config := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
-	listener, err := tls.Listen("tcp", "127.0.0.1:0", config)
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	check(err)
-	fmt.Printf("{\"port\":%d}\n", listener.Addr().(*net.TCPAddr).Port)
-	for {
-		conn, err := listener.Accept()
-		if err != nil {
-			return
-		}
-		go serve(conn.(*tls.Conn))
+	server := &http.Server{
+		Handler: http.HandlerFunc(neverAnswer),
+		// The handler ends the connection itself, under HTTP/2 too.
+		ConnContext: func(ctx context.Context, conn net.Conn) context.Context { return context.WithValue(ctx, connKey{}, conn) },
+		TLSConfig:   &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12},
 	}
+	fmt.Printf("{\"port\":%d}\n", listener.Addr().(*net.TCPAddr).Port)
+	// ServeTLS offers h2 and http/1.1 by ALPN, as the apiserver does.
+	check(server.ServeTLS(listener, "", ""))
 }
 
-func serve(conn *tls.Conn) {
-	request, err := http.ReadRequest(bufio.NewReader(conn))
-	if err != nil {
-		conn.Close()
-		return
-	}
+func neverAnswer(_ http.ResponseWriter, request *http.Request) {
 	// The whole body is read: the request arrived, it is never answered.
 	_, _ = io.Copy(io.Discard, request.Body)
+	conn := request.Context().Value(connKey{}).(*tls.Conn)
 	if strings.Contains(request.URL.Path, "/reset/") {
 		raw := conn.NetConn().(*net.TCPConn)
 		_ = raw.SetLinger(0) // close() sends a RST
 		raw.Close()
-		return
+	} else {
+		conn.Close()
 	}
-	conn.Close()
+	// Nothing is written: the connection is gone.
+	time.Sleep(time.Second)
 }
 
 func check(err error) {

@@ -4,9 +4,10 @@
 import type { ProbeVariant } from "../sources/probe/probeProgram.ts";
 
 export const ANSWER_RULES = {
-  // At least --unanswered-min-bytes arrived after the request: a TCP ACK or a
-  // TLS record header alone does not answer it.
-  sockets: "bytes_after_request",
+  // A data segment of at least 96 bytes arrived after the request: TLS
+  // alerts and an HTTP/2 server's own SETTINGS, WINDOW_UPDATE or PING do not
+  // answer it.
+  sockets: "segment_after_request",
   // Any read of any size by the target: on an HTTP/2 connection, where watch
   // events keep arriving, a request is never unanswered for long, so a death
   // with a request in flight is mostly reported only when a write fails.

@@ -1,8 +1,10 @@
 // The first request on a new TLS connection, on the real kernel: a status
 // PATCH written right after the handshake, read by a server on Go's
-// crypto/tls (the apiserver's TLS stack) and then reset or closed unanswered,
-// must be one loss event, from python's ssl and from Node's tls, over TLS 1.2
-// and TLS 1.3. Nothing of the handshake may count as its answer. (Against an
+// crypto/tls and net/http (the apiserver's stacks) and then reset or closed
+// unanswered, must be one loss event, from python's ssl and from Node's tls
+// over HTTP/1.1 and from Node's HTTP/2 client, over TLS 1.2 and TLS 1.3.
+// Nothing of the handshake, and nothing the HTTP/2 server sends on its own
+// (its SETTINGS cross the request on the wire), may count as its answer. (Against an
 // OpenSSL server, whose TLS 1.3 session tickets arrive after the request, the
 // same request looks answered: the known limit in apiserver_sockets.bt.)
 import assert from "node:assert/strict";
@@ -49,8 +51,8 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
       });
       server.once("exit", (code) => reject(new Error(`go-tls-server exited ${code}`)));
     });
-    // Both clients carry "fresh_tls" in their command line; the agent follows them from exec.
-    agent = await startAgentProcess(["--target-cmdline", "fresh_tls", "--apiserver", `127.0.0.1:${port}`, "--correlation-window", "500ms"]);
+    // Every client carries "fresh_tls" or "fresh_h2" in its command line; the agent follows them from exec.
+    agent = await startAgentProcess(["--target-cmdline", "fresh_(tls|h2)", "--apiserver", `127.0.0.1:${port}`, "--correlation-window", "500ms"]);
   });
 
   after(async () => {
@@ -77,6 +79,8 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
     { client: "python ssl", version: "1.2" },
     { client: "node tls", version: "1.3" },
     { client: "node tls", version: "1.2" },
+    { client: "node http2", version: "1.3" },
+    { client: "node http2", version: "1.2" },
   ] as const;
   const expected = { reset: "connection_reset", close: "connection_closed_unanswered" } as const;
 
@@ -86,13 +90,18 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
         const { pid, outcome } =
           client === "python ssl"
             ? await runClient(python, [path.join(CLIENTS, "lw_client.py"), "fresh_tls", "127.0.0.1", String(port), version, action])
-            : await runClient(NODE, [path.join(CLIENTS, "lw_fresh_tls.ts"), String(port), version, action]);
+            : await runClient(NODE, [path.join(CLIENTS, client === "node tls" ? "lw_fresh_tls.ts" : "lw_fresh_h2.ts"), String(port), version, action]);
         assert.equal(outcome.tls, `TLSv${version}`, JSON.stringify(outcome));
         assert.ok(!outcome.read, `the server never answered: ${JSON.stringify(outcome)}`);
         await waitFor("the loss event", () => agent.events.some((e) => e.pid === pid));
         await new Promise((r) => setTimeout(r, 1000));
         const events = agent.events.filter((e) => e.pid === pid);
-        assert.deepEqual(events.map((e) => e.cause), [expected[action]], JSON.stringify(events));
+        // An HTTP/2 client answers the server's SETTINGS; when that ACK is
+        // still unread at the server's close(), its kernel resets instead of
+        // sending a FIN, and the client sees a reset: one loss either way.
+        const allowed: string[] = client === "node http2" && action === "close" ? [expected.close, expected.reset] : [expected[action]];
+        assert.equal(events.length, 1, JSON.stringify(events));
+        assert.ok(allowed.includes(events[0]!.cause), JSON.stringify(events));
         // The request and, from a client that sent it in the same write, its Finished: never less than the request.
         assert.ok(events[0]!.unanswered_bytes! >= 400, `unanswered ${events[0]!.unanswered_bytes} bytes`);
       });

@@ -83,6 +83,13 @@ async function tlsResetServer(dir: string): Promise<net.Server> {
 }
 
 /** Reads nothing for a while (the client's send buffer fills: EAGAIN), then drains everything. */
+const ANSWER_BODY = '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","answered":true}';
+const APISERVER_SHAPED_ANSWER =
+  "HTTP/1.1 200 OK\r\nAudit-Id: 4c1e8f0e-0d3c-4f7e-9a51-2f0b6f1f9d2a\r\nCache-Control: no-cache, private\r\n" +
+  "Content-Type: application/json\r\nX-Kubernetes-Pf-Flowschema-Uid: 9b3c1b52-2f11-4c2e-8d4e-3f6c0c5a7e10\r\n" +
+  "X-Kubernetes-Pf-Prioritylevel-Uid: 1f2e3d4c-5b6a-4798-8a7b-6c5d4e3f2a1b\r\nDate: Thu, 03 Dec 2026 12:00:00 GMT\r\n" +
+  `Content-Length: ${ANSWER_BODY.length}\r\n\r\n${ANSWER_BODY}`;
+
 async function slowReaderServer(): Promise<net.Server> {
   const server = net.createServer((socket) => {
     socket.pause();
@@ -90,8 +97,9 @@ async function slowReaderServer(): Promise<net.Server> {
     let tail = "";
     socket.on("data", (data) => {
       tail = (tail + data.toString("latin1")).slice(-16);
-      // A response of realistic size: the probe takes fewer than 64 bytes for protocol chatter.
-      if (tail.endsWith("END")) socket.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"answered":1}`);
+      // An answer shaped like the apiserver's, headers and all: the probe takes
+      // a segment under 96 bytes for protocol chatter, not a response.
+      if (tail.endsWith("END")) socket.write(APISERVER_SHAPED_ANSWER);
     });
     setTimeout(() => socket.resume(), 1500);
   });
