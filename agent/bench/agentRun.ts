@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { freeLoopbackPort as freePort } from "../src/loopbackPort.ts";
+import type { ToolRun } from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const READY_TIMEOUT_MS = 60_000;
@@ -87,10 +88,10 @@ export function cpuSeconds(pid: number): number {
   }
 }
 
-export interface AgentRun {
+export interface AgentRun extends ToolRun {
   child: ChildProcess;
-  /** bpftrace processes the agent started. */
-  bpftrace: number[];
+  /** bpftrace processes the agent runs now (also after a restart). */
+  bpftrace(): number[];
   /** Sum of lostwrite_apiserver_writes_total: the target's sends the probe counted. */
   countedWrites(): Promise<number>;
   /** Sum of lostwrite_probe_restarts_total. */
@@ -159,7 +160,7 @@ export async function startAgentRun(opts: { targetPid: number; apiserver: string
 
   return {
     child,
-    bpftrace,
+    bpftrace: () => [...new Set([...bpftrace, ...descendants(child.pid!)])].filter((pid) => liveComm(pid) === "bpftrace"),
     countedWrites: () => metricSum(url, "lostwrite_apiserver_writes_total"),
     restarts: () => metricSum(url, "lostwrite_probe_restarts_total"),
     cpuSeconds: () => [child.pid!, ...descendants(child.pid!)].reduce((sum, pid) => sum + cpuSeconds(pid), 0),

@@ -13,6 +13,15 @@ export interface OpCost {
   cpuNs: number;
 }
 
+/** The server's reader of a send loop's connection, over one timed run: CPU ns per recv(), context switches per 1000 recv(). */
+export interface ReaderCost {
+  cpuNs: number;
+  /** It blocked in recv() for want of data: 1000 / this is the messages it found queued per wake-up. */
+  voluntaryPer1000: number;
+  /** It was preempted. */
+  involuntaryPer1000: number;
+}
+
 /** Compiles probeCostLoop.c into `dir`; returns the binary's path. */
 export function compileLoops(dir: string): string {
   const binary = path.join(dir, "probeCostLoop");
@@ -94,11 +103,11 @@ export class SendLoop {
     const line = await this.process.nextLine();
     if (line !== "ready") throw new Error(`send loop: expected "ready", got ${JSON.stringify(line)}`);
   }
-  /** ns per send() by the wall clock and the sender's CPU clock; the reader's CPU ns per recv() of the same messages. */
-  async run(iterations: number): Promise<{ send: OpCost; recvCpuNs: number }> {
+  /** ns per send() by the wall clock and the sender's CPU clock; the reader's CPU ns and context switches for the same messages. */
+  async run(iterations: number): Promise<{ send: OpCost; recv: ReaderCost }> {
     const line = await this.process.request(String(iterations));
-    const [wallNs, cpuNs, recvCpuNs] = numbers(line, 3, "send loop");
-    return { send: { wallNs: wallNs!, cpuNs: cpuNs! }, recvCpuNs: recvCpuNs! };
+    const [wallNs, cpuNs, recvCpuNs, voluntary, involuntary] = numbers(line, 5, "send loop");
+    return { send: { wallNs: wallNs!, cpuNs: cpuNs! }, recv: { cpuNs: recvCpuNs!, voluntaryPer1000: voluntary!, involuntaryPer1000: involuntary! } };
   }
 }
 

@@ -1,43 +1,81 @@
 // `npm run bench`: what the agent's probes cost the processes of the node, in
-// added nanoseconds per operation, measured on this kernel. Not a test: it
-// prints numbers, for the closing notes of the issues that change the probes.
+// added nanoseconds per operation, measured on this kernel, side by side with
+// the tools people reach for instead (strace, a bpftrace one-liner) and with
+// the floor under any bpftrace probe. Not a test: it prints numbers, for the
+// closing notes of the issues that change the probes.
 //
-// USAGE: npm run bench -- [--rounds N] [--iterations N] [--cpu N]   (root, bpftrace, gcc)
+// USAGE: npm run bench -- [--rounds N] [--iterations N] [--cpu N] [--configurations a,b,c]
+//        (root, bpftrace, gcc; strace for "strace", bpftool for "printf" and "floor")
 //
 // WHAT RUNS. Timed loops in C (probeCostLoop.c, compiled at start), so the
 // cost measured is the kernel's, not a runtime's:
 //   - a target process sending 100-byte messages (send(), TCP_NODELAY as Go
 //     sets it) to a loopback server that the agent knows as an apiserver;
-//   - the server's reader of that connection, a non-target: CPU ns per recv();
+//   - the server's reader of that connection, a non-target: CPU ns per recv(),
+//     and its context switches per 1000 recv() (getrusage RUSAGE_THREAD);
 //   - a non-target process doing the same sends to the same server;
 //   - a non-target process doing 100-byte write()s to a file in a temp dir.
 // All loops and the server run pinned to one CPU (why: probeCostLoop.c).
-// The loops start before any agent (the target's connection predates the
+// The loops start before any probe (the target's connection predates the
 // agent, as client-go's does) and run once per phase on a line on stdin.
 //
-// CONFIGURATIONS, one phase each per round, in an order rotated every round:
-// no probe; the real agent CLI with --probe-variant sockets; the same with
-// --probe-variant syscalls. An agent is started for its phase, measured once
-// /readyz says its probe is attached, and stopped (bpftrace gone) before the
-// next phase. After each agent phase the agent's own /metrics must show the
-// target's sends, so the measured path is the one the probe filters in.
+// CONFIGURATIONS (keys for --configurations), one phase each per round, in an
+// order rotated every round; "none" always runs, it is the baseline:
+//   none      no probe.
+//   sockets   the real agent CLI, --probe-variant sockets.
+//   syscalls  the same, --probe-variant syscalls.
+//   strace    strace -f -qq -e trace=write -o /dev/null -p TARGET: ptrace
+//             stops the target at every syscall, send()s included (no
+//             kernel-side filter on an attached process); it does not touch
+//             the other loops or the reader at all, so their rows show only
+//             what strace's own CPU use takes from a 2-CPU machine.
+//   printf    the one-liner people write first: bpftrace printing pid, comm
+//             and return value at every sys_exit_write and sys_exit_sendto of
+//             every process, output to /dev/null. No filter in the kernel:
+//             every write crosses to user space, bpftrace's own writes of its
+//             output included, so it feeds itself.
+//   floor     bpftrace -e 'tracepoint:sock:sock_send_length { }': an empty
+//             program (bpftrace 0.17 accepts the empty body) on the agent's
+//             send tracepoint. What attaching a tracepoint costs on this
+//             kernel before any program logic: no bpftrace probe there can
+//             cost less.
+// A configuration is started for its phase, measured once the kernel shows it
+// attached (the agent: /readyz; strace: the target's TracerPid; bpftrace:
+// bpftool perf show lists its tracepoints), and stopped (detached, its
+// processes gone) before the next phase. After each agent phase the agent's
+// own /metrics must show the target's sends, so the measured path is the one
+// the probe filters in.
 //
 // HOW TO READ. Each loop reports ns/op on two clocks: wall (CLOCK_MONOTONIC,
 // what the caller waits) and CPU (the calling thread's CPU clock, where a
 // tracepoint's program runs, blind to the time other processes had the CPU).
-// On a shared, loaded machine the CPU column is the steadier one. A phase
-// keeps the fastest of its runs; the table gives, per operation and
-// configuration, the median over rounds, the range, and the added ns and
-// ratio against "no probe", each the median of per-round pairs (the load
-// drifts between rounds). Below the table: whether the agent counted the
-// target's sends, how much CPU the agent itself used while the loops ran (on
-// 2 CPUs that is contention the loops feel too), and any other bpftrace that
-// ran on the machine during a phase. Such a bpftrace adds its own probes'
-// cost, so a phase first waits a while for it to finish, and a round in which
-// one ran anyway is left out of the table when at least one round was clean.
-// Last, per configuration, each BPF program's own run time from the kernel
-// (kernel.bpf_stats_enabled, on while the bench runs): how often it ran in a
-// phase and its ns per run — where the added nanoseconds go.
+// On a shared, loaded machine the CPU column is the steadier one; strace's
+// cost is mostly in the wall column (the target waits, stopped, while strace
+// runs). A phase keeps the fastest of its runs; the table gives, per
+// operation and configuration, the median over rounds, the range, and the
+// added ns and ratio against "no probe", each the median of per-round pairs
+// (the load drifts between rounds). Below the table:
+//   - the reader's recv(): CPU ns and context switches per 1000 recv, median
+//     over every run. No BPF program runs on receive, yet its CPU ns moves
+//     with the configuration: on one CPU the reader runs only when the sender
+//     is preempted, so a slower send changes how many messages the reader
+//     finds per wake-up (1000 / voluntary switches), and each wake-up costs
+//     the reader a fixed few microseconds. If the added ns per added switch
+//     comes out about the same for every configuration, the switches are the
+//     whole story; one far above the others adds something else (cache
+//     misses, say). strace is apart: it stops the sender at every send, so
+//     the reader wakes once per message;
+//   - whether the agent counted the target's sends;
+//   - how much CPU each configuration's own processes used while the loops
+//     ran (on 2 CPUs that is contention the loops feel too);
+//   - any bpftrace not started by the phase's configuration that ran during
+//     a phase. Such a bpftrace adds its own probes' cost, so a phase first
+//     waits a while for it to finish, and a round in which one ran anyway is
+//     left out of the tables when at least one round was clean;
+//   - per configuration that runs bpftrace, each BPF program's own run time
+//     from the kernel (kernel.bpf_stats_enabled, on while the bench runs):
+//     how often it ran in a phase and its ns per run — where the added
+//     nanoseconds go.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -45,22 +83,16 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { attachedBpftracePids, descendants, sleep, startAgentRun, type AgentRun } from "./agentRun.ts";
+import { attachedBpftracePids, sleep, startAgentRun } from "./agentRun.ts";
 import { enableBpfStats, programStats } from "./bpfProgramStats.ts";
 import { CostTable, median, type Sample } from "./costTable.ts";
-import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
+import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
+import { positiveOption } from "./positiveOption.ts";
+import { oneLiner, startBpftrace, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
-const USAGE = `usage: npm run bench -- [--rounds N] [--iterations N] [--cpu N]
-
-  --rounds N       phases per configuration, interleaved (default 3)
-  --iterations N   operations per timed run (default 50000)
-  --cpu N          the CPU every loop runs on (default: the last one)
-
-Needs root, bpftrace and gcc.`;
-
-/** Lets the agent's own start-up work (first target scan, first tick) finish before timing. */
+/** Lets a configuration's own start-up work (the agent's first target scan, first tick) finish before timing. */
 const SETTLE_MS = 500;
 /** Timed runs of each loop per phase; the fastest is kept. */
 const RUNS_PER_PHASE = 3;
@@ -68,12 +100,63 @@ const RUNS_PER_PHASE = 3;
 const QUIET_WAIT_BUDGET_MS = 30_000;
 /** The probe's counts reach /metrics on its 1 s tick. */
 const COUNT_WAIT_MS = 3000;
+/** Fewer added reader switches per 1000 recv than this are noise, not a cost to divide by. */
+const MIN_ADDED_SWITCHES = 5;
 
-const CONFIGURATIONS = [
-  { key: "none", label: "no probe", variant: null },
-  { key: "sockets", label: "agent: sockets", variant: "sockets" },
-  { key: "syscalls", label: "agent: syscalls", variant: "syscalls" },
-] as const;
+interface Configuration {
+  key: string;
+  label: string;
+  /** What runs, for the report. */
+  what: string;
+  /** Tools it needs besides bpftrace and gcc. */
+  needs: string[];
+  /** Starts it and resolves once it is attached; null for the baseline. */
+  start: ((targetPid: number, apiserver: string) => Promise<ToolRun>) | null;
+}
+
+const PRINTF_TRACEPOINTS = ["syscalls:sys_exit_write", "syscalls:sys_exit_sendto"];
+const PRINTF_BODY = 'printf("%d %s %d\\n", pid, comm, args->ret);';
+const FLOOR_TRACEPOINTS = ["sock:sock_send_length"];
+
+const agent = (variant: string): Configuration["start"] => (targetPid, apiserver) => startAgentRun({ targetPid, apiserver, variant });
+
+const CONFIGURATIONS: Configuration[] = [
+  { key: "none", label: "no probe", what: "nothing attached", needs: [], start: null },
+  { key: "sockets", label: "agent: sockets", what: "lostwrite agent --probe-variant sockets", needs: [], start: agent("sockets") },
+  { key: "syscalls", label: "agent: syscalls", what: "lostwrite agent --probe-variant syscalls", needs: [], start: agent("syscalls") },
+  {
+    key: "strace",
+    label: "strace: target",
+    what: `strace ${straceArgs("TARGET").join(" ")} (the target only: other loops and the reader untraced)`,
+    needs: ["strace"],
+    start: (targetPid) => startStrace(targetPid),
+  },
+  {
+    key: "printf",
+    label: "bpftrace printf",
+    what: `bpftrace -e '${oneLiner(PRINTF_TRACEPOINTS, PRINTF_BODY)}' >/dev/null (every process's writes)`,
+    needs: ["bpftool"],
+    start: () => startBpftrace(PRINTF_TRACEPOINTS, PRINTF_BODY),
+  },
+  {
+    key: "floor",
+    label: "floor: empty bt",
+    what: `bpftrace -e '${oneLiner(FLOOR_TRACEPOINTS, "")}' (an empty program: the cost of attaching at all)`,
+    needs: ["bpftool"],
+    start: () => startBpftrace(FLOOR_TRACEPOINTS, ""),
+  },
+];
+const BASELINE = "none";
+
+const USAGE = `usage: npm run bench -- [--rounds N] [--iterations N] [--cpu N] [--configurations a,b,c]
+
+  --rounds N               phases per configuration, interleaved (default 3)
+  --iterations N           operations per timed run (default 50000)
+  --cpu N                  the CPU every loop runs on (default: the last one)
+  --configurations a,b,c   which to run (default: all); "${BASELINE}" always runs, it is the baseline:
+${CONFIGURATIONS.map((c) => `                             ${c.key.padEnd(9)}${c.what}`).join("\n")}
+
+Needs root, bpftrace and gcc; strace and bpftool for the configurations that use them.`;
 
 const OPERATIONS = [
   { key: "targetSend", label: "target send() 100 B, apiserver socket" },
@@ -82,41 +165,57 @@ const OPERATIONS = [
   { key: "otherFile", label: "non-target write() 100 B, file" },
 ];
 
-function parseOptions(argv: string[]): { rounds: number; iterations: number; cpu: number } {
-  let values: { rounds?: string; iterations?: string; cpu?: string; help?: boolean };
+interface Options {
+  rounds: number;
+  iterations: number;
+  cpu: number;
+  configurations: Configuration[];
+}
+
+function parseOptions(argv: string[]): Options {
   try {
-    ({ values } = parseArgs({
+    const { values } = parseArgs({
       args: argv,
-      options: { rounds: { type: "string" }, iterations: { type: "string" }, cpu: { type: "string" }, help: { type: "boolean", short: "h" } },
+      options: {
+        rounds: { type: "string" },
+        iterations: { type: "string" },
+        cpu: { type: "string" },
+        configurations: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
       strict: true,
-    }));
+    });
+    if (values.help) {
+      process.stdout.write(`${USAGE}\n`);
+      process.exit(0);
+    }
+    return {
+      rounds: positiveOption("rounds", values.rounds, 3),
+      iterations: positiveOption("iterations", values.iterations, 50_000),
+      cpu: cpuOption(values.cpu),
+      configurations: configurationsOption(values.configurations),
+    };
   } catch (err) {
     process.stderr.write(`bench: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
   }
-  if (values.help) {
-    process.stdout.write(`${USAGE}\n`);
-    process.exit(0);
-  }
-  const positive = (name: string, value: string | undefined, fallback: number): number => {
-    if (value === undefined) return fallback;
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < 1) {
-      process.stderr.write(`bench: --${name} must be a positive integer, got ${JSON.stringify(value)}\n`);
-      process.exit(2);
-    }
-    return n;
-  };
+}
+
+function cpuOption(value: string | undefined): number {
   const cpus = os.availableParallelism();
-  let cpu = cpus - 1;
-  if (values.cpu !== undefined) {
-    cpu = Number(values.cpu);
-    if (!Number.isInteger(cpu) || cpu < 0 || cpu >= cpus) {
-      process.stderr.write(`bench: --cpu must be a CPU number from 0 to ${cpus - 1}, got ${JSON.stringify(values.cpu)}\n`);
-      process.exit(2);
-    }
-  }
-  return { rounds: positive("rounds", values.rounds, 3), iterations: positive("iterations", values.iterations, 50_000), cpu };
+  const cpu = value === undefined ? cpus - 1 : Number(value);
+  if (!Number.isInteger(cpu) || cpu < 0 || cpu >= cpus) throw new Error(`--cpu must be a CPU number from 0 to ${cpus - 1}, got ${JSON.stringify(value)}`);
+  return cpu;
+}
+
+/** The configurations named (and the baseline), in the list's order. */
+function configurationsOption(value: string | undefined): Configuration[] {
+  if (value === undefined) return CONFIGURATIONS;
+  const names = value.split(",").map((name) => name.trim());
+  const known = CONFIGURATIONS.map((c) => c.key);
+  const unknown = names.find((name) => !known.includes(name));
+  if (unknown !== undefined) throw new Error(`--configurations: unknown configuration ${JSON.stringify(unknown)} (known: ${known.join(", ")})`);
+  return CONFIGURATIONS.filter((c) => c.key === BASELINE || names.includes(c.key));
 }
 
 /** The smallest sample seen on each clock. */
@@ -147,17 +246,15 @@ async function waitForQuiet(budgetMs: number): Promise<number> {
   return Date.now() - started;
 }
 
-function missingRequirements(): string[] {
+function missingRequirements(configurations: Configuration[]): string[] {
   const missing: string[] = [];
   if (process.getuid?.() !== 0) missing.push("not root (bpftrace loads BPF programs)");
-  for (const [tool, hint] of [
-    ["bpftrace", "apt-get install bpftrace"],
-    ["gcc", "apt-get install gcc"],
-  ]) {
+  const tools = new Set(["bpftrace", "gcc", ...configurations.flatMap((c) => c.needs)]);
+  for (const tool of tools) {
     try {
-      execFileSync(tool!, ["--version"], { stdio: "ignore" });
+      execFileSync(tool, ["--version"], { stdio: "ignore" });
     } catch {
-      missing.push(`${tool} not on PATH (${hint})`);
+      missing.push(`${tool} not on PATH (apt-get install ${tool})`);
     }
   }
   // Only root can look into tracefs: for anyone else it would look unmounted.
@@ -189,9 +286,21 @@ function machineDescription(): string[] {
   ];
 }
 
+/** Per configuration, what its phases saw besides the cost table. */
+interface Findings {
+  /** Per round: every run's reader cost. */
+  reader: Map<number, ReaderCost[]>;
+  /** Per phase: the target sends the agent counted. */
+  counted: number[];
+  /** Per phase: the share of one CPU its own processes used while the loops ran. */
+  cpuShare: number[];
+  /** Program name → per phase: runs, ns per run. */
+  programs: Map<string, { runs: number[]; nsPerRun: number[] }>;
+}
+
 async function main(): Promise<void> {
-  const { rounds, iterations, cpu } = parseOptions(process.argv.slice(2));
-  const missing = missingRequirements();
+  const { rounds, iterations, cpu, configurations } = parseOptions(process.argv.slice(2));
+  const missing = missingRequirements(configurations);
   if (missing.length > 0) {
     process.stderr.write(`bench: cannot measure probe cost here: ${missing.join("; ")}\n`);
     process.exit(1);
@@ -199,13 +308,13 @@ async function main(): Promise<void> {
 
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-"));
   const children: LineProcess[] = [];
-  let agent: AgentRun | null = null;
+  let active: ToolRun | null = null;
   let interrupted = false;
   const restoreBpfStats = enableBpfStats();
   const teardown = async (): Promise<void> => {
     restoreBpfStats();
-    const running = agent;
-    agent = null;
+    const running = active;
+    active = null;
     await running?.stop();
     for (const child of children) child.kill();
     rmSync(dir, { recursive: true, force: true });
@@ -213,7 +322,7 @@ async function main(): Promise<void> {
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     process.once(signal, () => {
       interrupted = true;
-      process.stderr.write(`\nbench: ${signal}, stopping the agent and the loops\n`);
+      process.stderr.write(`\nbench: ${signal}, stopping the running configuration and the loops\n`);
       teardown().then(
         () => process.exit(130),
         () => process.exit(130),
@@ -236,44 +345,43 @@ async function main(): Promise<void> {
     const expectedCount = RUNS_PER_PHASE * (iterations + Math.floor(iterations / 10) + 1);
 
     const out = (line = ""): void => void process.stdout.write(`${line}\n`);
+    const labelWidth = Math.max(...configurations.map((c) => c.label.length));
     out("lostwrite probe cost");
     for (const line of machineDescription()) out(line);
-    out(`setup:    ${rounds} rounds × ${CONFIGURATIONS.length} configurations, ${iterations} operations per timed run, the fastest of ${RUNS_PER_PHASE} runs per phase;`);
-    out(`          every loop and the server's readers on CPU ${cpu}; the agent wherever the scheduler puts it;`);
+    out(`setup:    ${rounds} rounds × ${configurations.length} configurations, ${iterations} operations per timed run, the fastest of ${RUNS_PER_PHASE} runs per phase;`);
+    out(`          every loop and the server's readers on CPU ${cpu}; the agent and the tools wherever the scheduler puts them;`);
     out(`          target pid ${target.process.pid}, apiserver ${apiserver} (loopback), non-target pids ${other.process.pid} (send), ${file.process.pid} (file)`);
+    for (const [i, config] of configurations.entries()) out(`${i === 0 ? "ran:" : "".padEnd(4)}      ${config.label.padEnd(labelWidth)}  ${config.what}`);
     out();
 
-    const table = new CostTable(OPERATIONS, [...CONFIGURATIONS], "none");
-    const counted = new Map<string, number[]>();
+    const table = new CostTable(OPERATIONS, configurations, BASELINE);
+    const findings = new Map(configurations.map((c): [string, Findings] => [c.key, { reader: new Map(), counted: [], cpuShare: [], programs: new Map() }]));
     const foreign: string[] = [];
     const restarted: string[] = [];
     const contaminated = new Set<number>();
     let quietBudgetMs = QUIET_WAIT_BUDGET_MS;
-    const agentCpu = new Map<string, number[]>();
-    /** configuration → program name → per phase: runs, ns per run. */
-    const programCost = new Map<string, Map<string, { runs: number[]; nsPerRun: number[] }>>();
-    const phases = rounds * CONFIGURATIONS.length;
+    const phases = rounds * configurations.length;
     let phase = 0;
 
     for (let round = 0; round < rounds; round++) {
-      for (let i = 0; i < CONFIGURATIONS.length; i++) {
-        const config = CONFIGURATIONS[(round + i) % CONFIGURATIONS.length]!;
+      for (let i = 0; i < configurations.length; i++) {
+        const config = configurations[(round + i) % configurations.length]!;
+        const found = findings.get(config.key)!;
         phase++;
         if (interrupted) return;
         quietBudgetMs -= await waitForQuiet(quietBudgetMs);
         const phaseStarted = Date.now();
-        if (config.variant) agent = await startAgentRun({ targetPid: target.process.pid, apiserver, variant: config.variant });
-        const running = agent;
+        const running = (active = config.start ? await config.start(target.process.pid, apiserver) : null);
         const startup = (Date.now() - phaseStarted) / 1000;
-        // Ours are whatever bpftrace the agent runs now (also after a restart).
+        // Ours are whatever bpftrace the configuration runs now (also after an agent's restart).
         const others = (): number[] => {
-          const ours = new Set([...(running?.bpftrace ?? []), ...(running ? descendants(running.child.pid ?? -1) : [])]);
+          const ours = new Set(running?.bpftrace() ?? []);
           return attachedBpftracePids().filter((pid) => !ours.has(pid));
         };
         const othersBefore = others();
         await sleep(SETTLE_MS);
         const timedFrom = Date.now();
-        const agentCpuFrom = running?.cpuSeconds() ?? 0;
+        const cpuFrom = running?.cpuSeconds() ?? 0;
 
         // Several short runs per phase, the fastest kept on each clock: on a
         // shared machine noise only ever adds time.
@@ -281,10 +389,12 @@ async function main(): Promise<void> {
         const apiserverRecv = fastest();
         const otherSend = fastest();
         const otherFile = fastest();
+        const readerRuns: ReaderCost[] = [];
         for (let run = 0; run < RUNS_PER_PHASE; run++) {
           const sent = await target.run(iterations);
           targetSend.add(sent.send);
-          apiserverRecv.add({ wallNs: null, cpuNs: sent.recvCpuNs });
+          apiserverRecv.add({ wallNs: null, cpuNs: sent.recv.cpuNs });
+          readerRuns.push(sent.recv);
           otherSend.add((await other.run(iterations)).send);
           otherFile.add(await file.run(iterations));
         }
@@ -292,9 +402,10 @@ async function main(): Promise<void> {
         table.record("apiserverRecv", config.key, round, apiserverRecv.value);
         table.record("otherSend", config.key, round, otherSend.value);
         table.record("otherFile", config.key, round, otherFile.value);
+        found.reader.set(round, readerRuns);
 
-        // What the agent itself (Node and bpftrace) took of the machine while the loops ran.
-        const agentCpuShare = running ? (running.cpuSeconds() - agentCpuFrom) / ((Date.now() - timedFrom) / 1000) : 0;
+        // What the configuration's own processes took of the machine while the loops ran.
+        const cpuShare = running ? (running.cpuSeconds() - cpuFrom) / ((Date.now() - timedFrom) / 1000) : 0;
         const othersDuring = [...new Set([...othersBefore, ...others()])];
         if (othersDuring.length > 0) {
           foreign.push(`round ${round + 1} ${config.label}: bpftrace pid ${othersDuring.join(", ")}`);
@@ -303,29 +414,35 @@ async function main(): Promise<void> {
 
         let note = "";
         if (running) {
-          let seen = 0;
-          const deadline = Date.now() + COUNT_WAIT_MS;
-          while ((seen = await running.countedWrites()) < expectedCount && Date.now() < deadline) await sleep(200);
-          counted.set(config.key, [...(counted.get(config.key) ?? []), seen]);
-          for (const program of programStats(running.bpftrace)) {
-            const byName = programCost.get(config.key) ?? new Map<string, { runs: number[]; nsPerRun: number[] }>();
-            programCost.set(config.key, byName);
-            const entry = byName.get(program.name) ?? { runs: [], nsPerRun: [] };
-            byName.set(program.name, entry);
+          found.cpuShare.push(cpuShare);
+          note = `; ready in ${startup.toFixed(1)} s, used ${(cpuShare * 100).toFixed(0)} % of a CPU`;
+          for (const program of programStats(running.bpftrace())) {
+            const entry = found.programs.get(program.name) ?? { runs: [], nsPerRun: [] };
+            found.programs.set(program.name, entry);
             entry.runs.push(program.runs);
             if (program.runs > 0) entry.nsPerRun.push(program.runTimeNs / program.runs);
           }
-          const restarts = await running.restarts();
-          if (restarts > 0) restarted.push(`round ${round + 1} ${config.label}: ${restarts}`);
-          agentCpu.set(config.key, [...(agentCpu.get(config.key) ?? []), agentCpuShare]);
-          note = `; agent ready in ${startup.toFixed(1)} s, used ${(agentCpuShare * 100).toFixed(0)} % of a CPU, counted ${seen}/${expectedCount} target sends${restarts > 0 ? `, restarted bpftrace ${restarts}×` : ""}`;
-          agent = null;
+          if (running.countedWrites) {
+            let seen = 0;
+            const deadline = Date.now() + COUNT_WAIT_MS;
+            while ((seen = await running.countedWrites()) < expectedCount && Date.now() < deadline) await sleep(200);
+            found.counted.push(seen);
+            note += `, counted ${seen}/${expectedCount} target sends`;
+          }
+          const restarts = (await running.restarts?.()) ?? 0;
+          if (restarts > 0) {
+            restarted.push(`round ${round + 1} ${config.label}: ${restarts}`);
+            note += `, restarted bpftrace ${restarts}×`;
+          }
+          active = null;
           await running.stop();
         }
         const show = (s: Sample): string => `${s.wallNs === null ? "" : `${s.wallNs.toFixed(0)}/`}${s.cpuNs.toFixed(0)}`;
+        const reader = (r: ReaderCost): string => `${r.cpuNs.toFixed(0)}/${(r.voluntaryPer1000 + r.involuntaryPer1000).toFixed(0)}`;
         process.stderr.write(
-          `[${phase}/${phases}] round ${round + 1} ${config.label.padEnd(15)} wall/CPU ns: send ${show(targetSend.value)} ` +
-            `recv ${show(apiserverRecv.value)} other send ${show(otherSend.value)} file ${show(otherFile.value)}${note}\n`,
+          `[${phase}/${phases}] round ${round + 1} ${config.label.padEnd(labelWidth)} wall/CPU ns: send ${show(targetSend.value)} ` +
+            `recv ${show(apiserverRecv.value)} (per run CPU ns/switches per 1000: ${readerRuns.map(reader).join(" ")}) ` +
+            `other send ${show(otherSend.value)} file ${show(otherFile.value)}${note}\n`,
         );
       }
     }
@@ -343,9 +460,12 @@ async function main(): Promise<void> {
           ? `rounds:   ${clean.size} of ${rounds} used; left out, because another bpftrace ran in them: ${[...contaminated].map((r) => r + 1).join(", ")}`
           : `rounds:   all ${rounds} used, but another bpftrace ran in every round: the numbers include its cost`,
     );
-    for (const config of CONFIGURATIONS) {
-      const seen = counted.get(config.key);
-      if (!seen) continue;
+    out();
+    out(readerTable(configurations, findings, used));
+    out();
+    for (const config of configurations) {
+      const seen = findings.get(config.key)!.counted;
+      if (seen.length === 0) continue;
       const short = seen.filter((n) => n < expectedCount).length;
       out(
         short === 0
@@ -353,9 +473,9 @@ async function main(): Promise<void> {
           : `check:    ${config.label}: the agent counted fewer than ${expectedCount} target sends in ${short} of ${seen.length} rounds (${seen.join(", ")}): the target path was not measured there`,
       );
     }
-    for (const config of CONFIGURATIONS) {
-      const shares = agentCpu.get(config.key);
-      if (shares) out(`agent:    ${config.label}: the agent and its bpftrace used ${(median(shares) * 100).toFixed(1)} % of one CPU (median) while the loops ran`);
+    for (const config of configurations) {
+      const shares = findings.get(config.key)!.cpuShare;
+      if (shares.length > 0) out(`cpu:      ${config.label.padEnd(labelWidth)}  its own processes used ${(median(shares) * 100).toFixed(1).padStart(5)} % of one CPU (median) while the loops ran`);
     }
     out(
       foreign.length === 0
@@ -364,11 +484,11 @@ async function main(): Promise<void> {
     );
     if (restarted.length > 0) out(`warning:  the agent restarted bpftrace during a phase (probe briefly detached): ${restarted.join("; ")}`);
     out();
-    out("BPF programs' own run time (kernel.bpf_stats_enabled), median over phases; the probe's entry and exit come on top");
-    out(`${"configuration".padEnd(17)}${"program".padEnd(17)}${"runs/phase".padStart(12)}${"ns/run".padStart(9)}`);
-    for (const config of CONFIGURATIONS) {
-      for (const [name, { runs, nsPerRun }] of [...(programCost.get(config.key) ?? [])].sort(([a], [b]) => a.localeCompare(b))) {
-        out(`${config.label.padEnd(17)}${name.padEnd(17)}${median(runs).toFixed(0).padStart(12)}${(nsPerRun.length ? median(nsPerRun).toFixed(0) : "—").padStart(9)}`);
+    out("BPF programs' own run time (kernel.bpf_stats_enabled), median over phases; the tracepoint's entry and exit come on top");
+    out(`${"configuration".padEnd(labelWidth + 2)}${"program".padEnd(17)}${"runs/phase".padStart(12)}${"ns/run".padStart(9)}`);
+    for (const config of configurations) {
+      for (const [name, { runs, nsPerRun }] of [...findings.get(config.key)!.programs].sort(([a], [b]) => a.localeCompare(b))) {
+        out(`${config.label.padEnd(labelWidth + 2)}${name.padEnd(17)}${median(runs).toFixed(0).padStart(12)}${(nsPerRun.length ? median(nsPerRun).toFixed(0) : "—").padStart(9)}`);
       }
     }
     out(`load:     ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} (1/5/15 min, at end); took ${((Date.now() - started) / 1000).toFixed(0)} s`);
@@ -379,6 +499,50 @@ async function main(): Promise<void> {
   } finally {
     if (!interrupted) await teardown();
   }
+}
+
+/**
+ * The reader's recv() per configuration: CPU ns and context switches per 1000
+ * recv, each the median over every run of the used rounds (not the fastest
+ * run: the switches of a run go with its CPU ns).
+ */
+function readerTable(configurations: Configuration[], findings: Map<string, Findings>, rounds: Set<number>): string {
+  const runs = (key: string): ReaderCost[] => [...findings.get(key)!.reader].filter(([round]) => rounds.has(round)).flatMap(([, r]) => r);
+  const base = runs(BASELINE);
+  const baseCpu = median(base.map((r) => r.cpuNs));
+  const baseSwitches = median(base.map((r) => r.voluntaryPer1000 + r.involuntaryPer1000));
+  const signed = (n: number, digits: number): string => (n > 0 ? "+" : "") + n.toFixed(digits);
+  const header = ["configuration", "runs", "CPU ns/recv", "added", "voluntary", "involuntary", "added", "recv per wake-up", "added ns per added switch"];
+  const rows = configurations.map((config) => {
+    const r = runs(config.key);
+    const cpuNs = median(r.map((x) => x.cpuNs));
+    const voluntary = median(r.map((x) => x.voluntaryPer1000));
+    const switches = median(r.map((x) => x.voluntaryPer1000 + x.involuntaryPer1000));
+    const isBase = config.key === BASELINE;
+    // Too few added switches to divide by: noise.
+    const perSwitch = Math.abs(switches - baseSwitches) < MIN_ADDED_SWITCHES ? "—" : (((cpuNs - baseCpu) * 1000) / (switches - baseSwitches)).toFixed(0);
+    return [
+      config.label,
+      String(r.length),
+      cpuNs.toFixed(0),
+      isBase ? "—" : signed(cpuNs - baseCpu, 0),
+      voluntary.toFixed(1),
+      median(r.map((x) => x.involuntaryPer1000)).toFixed(1),
+      isBase ? "—" : signed(switches - baseSwitches, 1),
+      (1000 / voluntary).toFixed(1),
+      isBase ? "—" : perSwitch,
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  return [
+    "the reader's recv(): CPU ns and context switches per 1000 recv (getrusage RUSAGE_THREAD around its timed loop),",
+    "median over every run of the used rounds; 'added' against no probe (the second one: voluntary + involuntary);",
+    "the last column is what each added switch would cost the reader if the switches explained all of its added ns",
+    line(header),
+    widths.map((w) => "-".repeat(w)).join("  "),
+    ...rows.map(line),
+  ].join("\n");
 }
 
 await main();

@@ -14,9 +14,11 @@
  *       configures 127.0.0.1:PORT as an apiserver endpoint.
  *   probeCostLoop send PORT CPU
  *       connects to 127.0.0.1:PORT, prints "ready". For each line N on stdin:
- *       N send()s of MSG_SIZE bytes, answers "WALL_NS CPU_NS RECV_CPU_NS": ns per
- *       send by the wall clock and by the sending thread's CPU clock, and the
- *       reader's CPU ns per recv of the same messages.
+ *       N send()s of MSG_SIZE bytes, answers "WALL_NS CPU_NS RECV_CPU_NS
+ *       RECV_VCSW RECV_IVCSW": ns per send by the wall clock and by the
+ *       sending thread's CPU clock; the reader's CPU ns per recv of the same
+ *       messages, and its voluntary and involuntary context switches per
+ *       1000 recv (getrusage RUSAGE_THREAD around its timed loop).
  *   probeCostLoop file PATH CPU
  *       opens PATH, prints "ready". For each line N on stdin: N write()s of
  *       MSG_SIZE bytes from offset 0, answers "WALL_NS CPU_NS" per write.
@@ -50,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -100,7 +103,16 @@ static int recv_message(int fd, char *buf)
  * W warm-up messages are read untimed, then N messages are read with the
  * thread's CPU clock running (a blocked recv costs no CPU, so this is the
  * kernel's work per recv, not the wait for the sender), and the CPU ns per
- * recv goes back to the sender as one message.
+ * recv goes back to the sender as one message, with the reader's context
+ * switches per 1000 recv over the same loop: voluntary ones are the times it
+ * blocked in recv() for want of data (so 1000 / voluntary is how many
+ * messages it found queued per wake-up), involuntary ones the times it was
+ * preempted. On one CPU the reader runs only when the sender is preempted
+ * (measured: the sender's involuntary switches match the reader's voluntary
+ * ones one for one, and the sender never blocks), so anything that changes
+ * the sender's pace changes these, and with them the reader's CPU ns per recv
+ * (each wake-up costs the reader's clock a fixed few microseconds), without
+ * any probe on the receive path.
  */
 static void serve_connection(int fd)
 {
@@ -114,13 +126,20 @@ static void serve_connection(int fd)
 		for (unsigned long i = 0; i < warmup; i++)
 			if (!recv_message(fd, buf))
 				exit(1);
+		struct rusage before, after;
+		if (getrusage(RUSAGE_THREAD, &before) < 0)
+			die("getrusage");
 		uint64_t start = now_ns(CLOCK_THREAD_CPUTIME_ID);
 		for (unsigned long i = 0; i < n; i++)
 			if (!recv_message(fd, buf))
 				exit(1);
 		double per_recv = (double)(now_ns(CLOCK_THREAD_CPUTIME_ID) - start) / (double)n;
+		if (getrusage(RUSAGE_THREAD, &after) < 0)
+			die("getrusage");
+		double vcsw = (double)(after.ru_nvcsw - before.ru_nvcsw) * 1000.0 / (double)n;
+		double ivcsw = (double)(after.ru_nivcsw - before.ru_nivcsw) * 1000.0 / (double)n;
 		memset(buf, 0, sizeof(buf));
-		snprintf(buf, sizeof(buf), "%.1f", per_recv);
+		snprintf(buf, sizeof(buf), "%.1f %.2f %.2f", per_recv, vcsw, ivcsw);
 		send_all(fd, buf, MSG_SIZE);
 	}
 	exit(0);

@@ -1,0 +1,122 @@
+// The tools the bench sets beside the agent, each run as a user runs it:
+// strace attached to the target, and bpftrace one-liners. A tool is ready
+// once the kernel shows it attached (not when it says so), and stopped only
+// once the kernel shows it gone, so that it cannot bleed into the next phase.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { cpuSeconds, liveComm, sleep } from "./agentRun.ts";
+
+const READY_TIMEOUT_MS = 30_000;
+const STOP_TIMEOUT_MS = 10_000;
+
+/** A configuration's processes while its phase runs (the agent's run is one too). */
+export interface ToolRun {
+  /** The bpftrace processes it runs now: its own, not someone else's; their programs' run time is reported. */
+  bpftrace(): number[];
+  /** CPU seconds (user + system) used so far by its processes. */
+  cpuSeconds(): number;
+  /** Stops it; resolves once it is detached. */
+  stop(): Promise<void>;
+  /** The agent only: the target's sends its probe counted (its /metrics). */
+  countedWrites?(): Promise<number>;
+  /** The agent only: how often it restarted its bpftrace. */
+  restarts?(): Promise<number>;
+}
+
+/** strace's arguments for attaching to `target`. */
+export function straceArgs(target: number | string): string[] {
+  return ["-f", "-qq", "-e", "trace=write", "-o", "/dev/null", "-p", String(target)];
+}
+
+/** A bpftrace program that runs `body` on each of `tracepoints` ("category:name"). */
+export function oneLiner(tracepoints: string[], body: string): string {
+  return `${tracepoints.map((t) => `tracepoint:${t}`).join(", ")} ${body ? `{ ${body} }` : "{ }"}`;
+}
+
+/**
+ * `strace -f -qq -e trace=write -o /dev/null -p TARGET`. It stops the target
+ * at every syscall (ptrace has no kernel-side filter for an attached
+ * process, so send()s pay as much as write()s) and touches no other process.
+ * Attached when the target's TracerPid is strace; detached when it is 0.
+ */
+export async function startStrace(targetPid: number): Promise<ToolRun> {
+  const { child, stderr } = spawnTool("strace", straceArgs(targetPid));
+  const stop = async (): Promise<void> => {
+    stopChild(child, "SIGINT");
+    await waitFor(() => tracerPid(targetPid) === 0 && exited(child), STOP_TIMEOUT_MS, () => `strace did not detach from pid ${targetPid}`);
+  };
+  await waitFor(() => tracerPid(targetPid) === child.pid, READY_TIMEOUT_MS, () => `strace did not attach to pid ${targetPid}: ${stderr()}`, child, stop);
+  return { bpftrace: () => [], cpuSeconds: () => cpuSeconds(child.pid!), stop };
+}
+
+/**
+ * `bpftrace -e 'tracepoint:A, tracepoint:B { BODY }'` (see oneLiner) with its
+ * output to /dev/null. Attached when bpftool lists each tracepoint for its pid.
+ */
+export async function startBpftrace(tracepoints: string[], body: string): Promise<ToolRun> {
+  const program = oneLiner(tracepoints, body);
+  const { child, stderr } = spawnTool("bpftrace", ["-e", program]);
+  const pid = child.pid!;
+  const stop = async (): Promise<void> => {
+    stopChild(child, "SIGINT");
+    await waitFor(() => exited(child) && liveComm(pid) !== "bpftrace", STOP_TIMEOUT_MS, () => `bpftrace ${pid} did not exit`);
+  };
+  const names = tracepoints.map((t) => t.slice(t.indexOf(":") + 1));
+  await waitFor(
+    () => {
+      const attached = attachedTracepoints(pid);
+      return names.every((name) => attached.includes(name));
+    },
+    READY_TIMEOUT_MS,
+    () => `bpftrace -e '${program}' did not attach: ${stderr()}`,
+    child,
+    stop,
+  );
+  return { bpftrace: () => (liveComm(pid) === "bpftrace" ? [pid] : []), cpuSeconds: () => cpuSeconds(pid), stop };
+}
+
+/** The tracepoints `pid` has BPF programs attached to (bpftool perf show). */
+function attachedTracepoints(pid: number): string[] {
+  const listing = JSON.parse(execFileSync("bpftool", ["perf", "show", "-j"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })) as { pid: number; tracepoint?: string }[];
+  return listing.filter((entry) => entry.pid === pid && entry.tracepoint).map((entry) => entry.tracepoint!);
+}
+
+/** The pid tracing `pid` (ptrace), 0 for none. */
+function tracerPid(pid: number): number {
+  return Number(/^TracerPid:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN);
+}
+
+function exited(child: ChildProcess): boolean {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
+function stopChild(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (exited(child)) return;
+  child.kill(signal);
+  setTimeout(() => exited(child) || child.kill("SIGKILL"), STOP_TIMEOUT_MS / 2).unref();
+}
+
+/** Starts `cmd` with stdout to /dev/null; `stderr()` is the last 2000 characters it wrote there. */
+function spawnTool(cmd: string, args: string[]): { child: ChildProcess; stderr: () => string } {
+  const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
+  child.once("error", () => undefined); // a failed start has no pid, thrown below
+  if (child.pid === undefined) throw new Error(`could not start ${cmd}`);
+  let text = "";
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (text = (text + chunk).slice(-2000)));
+  return { child, stderr: () => text.trim() };
+}
+
+/**
+ * Polls `done` until it holds or `timeoutMs` passes. While starting, a child
+ * that exits (or a timeout) stops what was started and fails with `why()`.
+ */
+async function waitFor(done: () => boolean, timeoutMs: number, why: () => string, starting?: ChildProcess, stop?: () => Promise<void>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done()) {
+    if ((starting && exited(starting)) || Date.now() > deadline) {
+      await stop?.().catch(() => undefined);
+      throw new Error(why());
+    }
+    await sleep(50);
+  }
+}
