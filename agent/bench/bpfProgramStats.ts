@@ -26,6 +26,31 @@ export function enableBpfStats(): () => void {
 
 /** The BPF programs `pids` hold open, with their counters so far; named through bpftool when it is there. */
 export function programStats(pids: readonly number[]): ProgramStats[] {
+  const found = programCounters(pids);
+  const names = programNames();
+  for (const program of found) program.name = names.get(program.id) ?? `prog ${program.id}`;
+  return found;
+}
+
+/**
+ * What the programs `pids` hold ran between two readings of programCounters:
+ * runs and run time summed over the programs present in both.
+ */
+export function ranBetween(before: readonly ProgramStats[], after: readonly ProgramStats[]): { runs: number; runTimeNs: number } {
+  const earlier = new Map(before.map((p) => [p.id, p]));
+  let runs = 0;
+  let runTimeNs = 0;
+  for (const program of after) {
+    const was = earlier.get(program.id);
+    if (!was) continue;
+    runs += program.runs - was.runs;
+    runTimeNs += program.runTimeNs - was.runTimeNs;
+  }
+  return { runs, runTimeNs };
+}
+
+/** programStats without the names: only /proc reads, cheap enough to take around every timed run. */
+export function programCounters(pids: readonly number[]): ProgramStats[] {
   const found: ProgramStats[] = [];
   for (const pid of pids) {
     let fds: string[];
@@ -45,8 +70,6 @@ export function programStats(pids: readonly number[]): ProgramStats[] {
       }
     }
   }
-  const names = programNames();
-  for (const program of found) program.name = names.get(program.id) ?? `prog ${program.id}`;
   return found;
 }
 

@@ -84,11 +84,11 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { attachedBpftracePids, sleep, startAgentRun } from "./agentRun.ts";
-import { enableBpfStats, programStats } from "./bpfProgramStats.ts";
+import { enableBpfStats, programCounters, programStats, ranBetween } from "./bpfProgramStats.ts";
 import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
-import { oneLiner, startBpftrace, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
+import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -116,7 +116,6 @@ interface Configuration {
 
 const PRINTF_TRACEPOINTS = ["syscalls:sys_exit_write", "syscalls:sys_exit_sendto"];
 const PRINTF_BODY = 'printf("%d %s %d\\n", pid, comm, args->ret);';
-const FLOOR_TRACEPOINTS = ["sock:sock_send_length"];
 
 const agent = (variant: string): Configuration["start"] => (targetPid, apiserver) => startAgentRun({ targetPid, apiserver, variant });
 
@@ -296,6 +295,8 @@ interface Findings {
   cpuShare: number[];
   /** Program name → per phase: runs, ns per run. */
   programs: Map<string, { runs: number[]; nsPerRun: number[] }>;
+  /** Operation → per timed run: the configuration's BPF programs' runs and run time per operation of that loop. */
+  perOperation: Map<string, { runsPerOp: number[]; nsPerOp: number[] }>;
 }
 
 async function main(): Promise<void> {
@@ -355,7 +356,7 @@ async function main(): Promise<void> {
     out();
 
     const table = new CostTable(OPERATIONS, configurations, BASELINE);
-    const findings = new Map(configurations.map((c): [string, Findings] => [c.key, { reader: new Map(), counted: [], cpuShare: [], programs: new Map() }]));
+    const findings = new Map(configurations.map((c): [string, Findings] => [c.key, { reader: new Map(), counted: [], cpuShare: [], programs: new Map(), perOperation: new Map() }]));
     const foreign: string[] = [];
     const restarted: string[] = [];
     const contaminated = new Set<number>();
@@ -390,13 +391,31 @@ async function main(): Promise<void> {
         const otherSend = fastest();
         const otherFile = fastest();
         const readerRuns: ReaderCost[] = [];
+        // The programs' own run time over each loop's run, per operation of
+        // that loop (warm-up and header included): the probe's cost without
+        // the tracepoint around it and without the scheduling effects the
+        // clocks above also see. Whatever else ran on the node meanwhile
+        // (the agent's own sends, say) is in it too: a few runs in 50 000.
+        const attributed = async <T>(operation: string, operations: number, run: () => Promise<T>): Promise<T> => {
+          const before = running ? programCounters(running.bpftrace()) : null;
+          const result = await run();
+          if (before && running) {
+            const { runs, runTimeNs } = ranBetween(before, programCounters(running.bpftrace()));
+            const entry = found.perOperation.get(operation) ?? { runsPerOp: [], nsPerOp: [] };
+            found.perOperation.set(operation, entry);
+            entry.runsPerOp.push(runs / operations);
+            entry.nsPerOp.push(runTimeNs / operations);
+          }
+          return result;
+        };
+        const warmUp = Math.floor(iterations / 10);
         for (let run = 0; run < RUNS_PER_PHASE; run++) {
-          const sent = await target.run(iterations);
+          const sent = await attributed("targetSend", iterations + warmUp + 1, () => target.run(iterations));
           targetSend.add(sent.send);
           apiserverRecv.add({ wallNs: null, cpuNs: sent.recv.cpuNs });
           readerRuns.push(sent.recv);
-          otherSend.add((await other.run(iterations)).send);
-          otherFile.add(await file.run(iterations));
+          otherSend.add((await attributed("otherSend", iterations + warmUp + 1, () => other.run(iterations))).send);
+          otherFile.add(await attributed("otherFile", iterations + warmUp, () => file.run(iterations)));
         }
         table.record("targetSend", config.key, round, targetSend.value);
         table.record("apiserverRecv", config.key, round, apiserverRecv.value);
@@ -484,6 +503,8 @@ async function main(): Promise<void> {
     );
     if (restarted.length > 0) out(`warning:  the agent restarted bpftrace during a phase (probe briefly detached): ${restarted.join("; ")}`);
     out();
+    out(programsPerOperation(configurations, findings));
+    out();
     out("BPF programs' own run time (kernel.bpf_stats_enabled), median over phases; the tracepoint's entry and exit come on top");
     out(`${"configuration".padEnd(labelWidth + 2)}${"program".padEnd(17)}${"runs/phase".padStart(12)}${"ns/run".padStart(9)}`);
     for (const config of configurations) {
@@ -499,6 +520,32 @@ async function main(): Promise<void> {
   } finally {
     if (!interrupted) await teardown();
   }
+}
+
+/**
+ * Per operation and configuration that runs bpftrace: its programs' runs and
+ * run time per operation, medians over every timed run. The direct cost,
+ * next to the clocks' added ns, which also carry the scheduling effects.
+ */
+function programsPerOperation(configurations: Configuration[], findings: Map<string, Findings>): string {
+  const header = ["operation", "configuration", "program runs/op", "program ns/op"];
+  const rows: string[][] = [];
+  for (const operation of OPERATIONS) {
+    for (const config of configurations) {
+      const entry = findings.get(config.key)!.perOperation.get(operation.key);
+      if (!entry) continue;
+      rows.push([operation.label, config.label, median(entry.runsPerOp).toFixed(2), median(entry.nsPerOp).toFixed(0)]);
+    }
+  }
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  return [
+    "the configurations' BPF programs' own run time per operation of each loop (kernel.bpf_stats_enabled, read around every",
+    "timed run; median over runs): the probe's code alone, without the tracepoint's entry and exit or the context switches",
+    line(header),
+    widths.map((w) => "-".repeat(w)).join("  "),
+    ...rows.map(line),
+  ].join("\n");
 }
 
 /**

@@ -23,6 +23,13 @@ export interface ToolRun {
   restarts?(): Promise<number>;
 }
 
+/**
+ * Where the floor program attaches: the agent's send tracepoint. An empty
+ * bpftrace program there (bpftrace 0.17 accepts the empty body) is what
+ * attaching at all costs, in nanoseconds per send and in memory.
+ */
+export const FLOOR_TRACEPOINTS = ["sock:sock_send_length"];
+
 /** strace's arguments for attaching to `target`. */
 export function straceArgs(target: number | string): string[] {
   return ["-f", "-qq", "-e", "trace=write", "-o", "/dev/null", "-p", String(target)];

@@ -1,0 +1,553 @@
+// `npm run bench:footprint`: what the agent holds and spends at idle, Node
+// and bpftrace alike, run as the image runs it. Not a test: it prints numbers,
+// for the DaemonSet's requests and limits (deploy/base/daemonset.yaml).
+//
+// USAGE: npm run build && npm run bench:footprint -- [--settle S] [--window S]
+//          [--slice S] [--sends N] [--variants sockets,syscalls] [--no-snapshot] [--no-floor]
+//        (root, bpftrace, gcc)
+//
+// WHAT RUNS. The compiled agent (dist/, from `npm run build`; this bench
+// builds nothing and stops when dist/ is missing or older than agent/src),
+// as deploy/Dockerfile starts it: `node dist/agent/src/cli.js agent` with
+// NODE_ENV=production and NODE_OPTIONS=--max-semi-space-size=2, and the
+// flags deploy/base/daemonset.yaml passes (all three listeners on, Go probes
+// on by default), on loopback ports here; --kubernetes is left out (no
+// cluster), so the Kubernetes client, which that flag loads, is not counted.
+// The target is a real process: the C send loop of probeCostLoop.c,
+// connected to a loopback server that the agent is given as --apiserver,
+// sending N 100-byte messages once a second (--sends, 0 for none) — an
+// operator at rest. One agent per probe variant, one after the other.
+//
+// WHAT IS MEASURED, once /readyz says the probe is attached and --settle
+// seconds have passed (start-up's LLVM compile and first scans are over):
+// over --window seconds, for the Node process and each bpftrace it runs,
+// RSS, PSS and anonymous memory (/proc/PID/smaps_rollup; the mean of a
+// sample every --slice seconds), peak RSS since start (VmHWM: bpftrace's
+// peak is its compile), and CPU (utime + stime, /proc/PID/stat) in
+// millicores over the window, and per --slice (lowest and median of the
+// slices: other work on the machine only ever adds CPU). After the window
+// a preload (footprintPreload.js, through NODE_OPTIONS --import: the agent
+// is not changed) writes Node's heap numbers, the modules it loaded and a
+// heap snapshot, summarised at the end: biggest constructors, and the
+// packages loaded with their files' size. Then, measured alike, the floor:
+// Node running an empty timer with the same NODE_OPTIONS, and bpftrace
+// running an empty program on the send tracepoint.
+//
+// HOW TO READ. A container's memory is its anonymous memory plus the file
+// pages it touched first: bpftrace's LLVM and clang text is most of its RSS,
+// file-backed, shared between bpftrace processes (PSS splits it) and
+// reclaimable under pressure; anon is what only a kill gives back.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { freeLoopbackPort } from "../src/loopbackPort.ts";
+import { descendants, liveComm, sleep } from "./agentRun.ts";
+import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
+import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repoRoot = path.resolve(here, "../..");
+const CLI = path.join(repoRoot, "dist/agent/src/cli.js");
+const PRELOAD = path.join(here, "footprintPreload.js");
+/** deploy/Dockerfile's NODE_OPTIONS. */
+const IMAGE_NODE_OPTIONS = "--max-semi-space-size=2";
+const READY_TIMEOUT_MS = 90_000;
+const STOP_TIMEOUT_MS = 10_000;
+const CLOCK_TICKS_PER_SECOND = 100;
+const MiB = 1024 * 1024;
+
+const USAGE = `usage: npm run bench:footprint -- [--settle S] [--window S] [--slice S] [--sends N] [--variants LIST] [--no-snapshot]
+
+  --settle S      seconds after /readyz before measuring (default 30)
+  --window S      seconds measured (default 60)
+  --slice S       memory sample and CPU slice length, seconds (default 10)
+  --sends N       the target's sends to the apiserver per second, 0 for none (default 10)
+  --variants L    probe variants, comma-separated (default sockets,syscalls)
+  --no-snapshot   skip the heap snapshot (heap numbers and modules are still printed)
+  --no-floor      skip the floor (an idle Node and an empty bpftrace program, measured alike)`;
+
+interface Options {
+  settle: number;
+  window: number;
+  slice: number;
+  sends: number;
+  variants: string[];
+  snapshot: boolean;
+  floor: boolean;
+}
+
+function options(): Options {
+  const { values } = parseArgs({
+    options: {
+      settle: { type: "string" },
+      window: { type: "string" },
+      slice: { type: "string" },
+      sends: { type: "string" },
+      variants: { type: "string" },
+      "no-snapshot": { type: "boolean" },
+      "no-floor": { type: "boolean" },
+      help: { type: "boolean" },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  const number = (name: string, value: string | undefined, fallback: number, min: number): number => {
+    const n = value === undefined ? fallback : Number(value);
+    if (!Number.isFinite(n) || n < min) throw new Error(`--${name} must be a number >= ${min}, got ${JSON.stringify(value)}`);
+    return n;
+  };
+  const variants = (values.variants ?? "sockets,syscalls").split(",").filter(Boolean);
+  for (const v of variants) if (v !== "sockets" && v !== "syscalls") throw new Error(`--variants: unknown variant ${JSON.stringify(v)}`);
+  const window = number("window", values.window, 60, 1);
+  return {
+    settle: number("settle", values.settle, 30, 0),
+    window,
+    slice: Math.min(number("slice", values.slice, 10, 1), window),
+    sends: Math.floor(number("sends", values.sends, 10, 0)),
+    variants,
+    snapshot: !values["no-snapshot"],
+    floor: !values["no-floor"],
+  };
+}
+
+/** Stops with the reason when dist/ is missing or any agent/src module is newer than its build. */
+function checkBuild(): void {
+  if (!existsSync(CLI)) throw new Error(`${path.relative(repoRoot, CLI)} is missing: run npm run build first (this bench runs the compiled agent, as the image does)`);
+  const stale: string[] = [];
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const file = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(file);
+      else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts")) {
+        const built = path.join(repoRoot, "dist", path.relative(repoRoot, file)).replace(/\.ts$/, ".js");
+        if (!existsSync(built) || statSync(built).mtimeMs < statSync(file).mtimeMs) stale.push(path.relative(repoRoot, file));
+      }
+    }
+  };
+  walk(path.join(repoRoot, "agent/src"));
+  if (stale.length > 0) {
+    throw new Error(`dist/ is older than agent/src (${stale.slice(0, 3).join(", ")}${stale.length > 3 ? `, and ${stale.length - 3} more` : ""}): run npm run build first`);
+  }
+}
+
+// --- /proc readings ---------------------------------------------------------------
+
+interface Memory {
+  rss: number;
+  pss: number;
+  anon: number;
+}
+
+/** RSS, PSS and anonymous bytes from /proc/PID/smaps_rollup; null once the process is gone. */
+function memory(pid: number): Memory | null {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  } catch {
+    return null;
+  }
+  const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN) * 1024;
+  return { rss: kb("Rss"), pss: kb("Pss"), anon: kb("Anonymous") };
+}
+
+/** Peak RSS since the process started (VmHWM), bytes. */
+function peakRss(pid: number): number {
+  try {
+    return Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN) * 1024;
+  } catch {
+    return NaN;
+  }
+}
+
+/** CPU seconds (utime + stime) a process has used so far; NaN once it is gone. */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return NaN;
+  }
+}
+
+// --- the agent, as the image runs it -------------------------------------------------
+
+interface Agent {
+  child: ChildProcess;
+  url: string;
+  stderr: () => string;
+  stop(): Promise<void>;
+}
+
+async function startAgent(variant: string, targetPid: number, apiserver: string, dir: string, snapshot: boolean): Promise<Agent> {
+  const [port, otlpPort, grpcPort] = [await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort()];
+  const child = spawn(
+    process.execPath,
+    [
+      CLI, "agent",
+      "--target-pid", String(targetPid),
+      "--apiserver", apiserver,
+      // deploy/base/daemonset.yaml's listeners (there on 0.0.0.0), here on loopback.
+      "--listen", `127.0.0.1:${port}`,
+      "--otlp-listen", `127.0.0.1:${otlpPort}`,
+      "--otlp-grpc-listen", `127.0.0.1:${grpcPort}`,
+      "--probe-variant", variant,
+    ],
+    {
+      cwd: dir,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: {
+        ...process.env,
+        NODE_ENV: "production",
+        NODE_OPTIONS: `${IMAGE_NODE_OPTIONS} --import=${PRELOAD}`,
+        FOOTPRINT_OUT: path.join(dir, `${variant}.json`),
+        ...(snapshot ? { FOOTPRINT_HEAP_SNAPSHOT: path.join(dir, `${variant}.heapsnapshot`) } : {}),
+      },
+    },
+  );
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr = (stderr + chunk).slice(-4000)));
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async (): Promise<void> => {
+    const watched = descendants(child.pid ?? -1).filter((pid) => liveComm(pid) === "bpftrace");
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+    const timer = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
+    await exited;
+    clearTimeout(timer);
+    const deadline = Date.now() + STOP_TIMEOUT_MS;
+    while (watched.some((pid) => liveComm(pid) === "bpftrace")) {
+      if (Date.now() > deadline) {
+        for (const pid of watched) if (liveComm(pid) === "bpftrace") process.kill(pid, "SIGKILL");
+      }
+      await sleep(50);
+    }
+  };
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`agent (${variant}) exited (${child.signalCode ?? child.exitCode}): ${stderr.trim()}`);
+    try {
+      if ((await fetch(`${url}/readyz`)).ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`agent (${variant}) not ready after ${READY_TIMEOUT_MS / 1000} s: ${stderr.trim()}`);
+    }
+    await sleep(200);
+  }
+  return { child, url, stderr: () => stderr, stop };
+}
+
+// --- one variant -----------------------------------------------------------------------
+
+interface Row {
+  name: string;
+  pid: number;
+  memory: Memory;
+  peak: number;
+  /** millicores over the window */
+  cpu: number;
+  /** millicores per slice */
+  slices: number[];
+}
+
+/** Sends `perSecond` messages once a second until stopped. */
+function keepSending(loop: SendLoop, perSecond: number): () => Promise<void> {
+  let running = perSecond > 0;
+  const done = (async () => {
+    while (running) {
+      const started = Date.now();
+      await loop.run(perSecond);
+      await sleep(Math.max(0, 1000 - (Date.now() - started)));
+    }
+  })();
+  return async () => {
+    running = false;
+    await done;
+  };
+}
+
+async function measureVariant(variant: string, opts: Options, target: SendLoop, apiserver: string, dir: string): Promise<Row[]> {
+  const agent = await startAgent(variant, target.process.pid, apiserver, dir, opts.snapshot);
+  const stopSending = keepSending(target, opts.sends);
+  try {
+    process.stderr.write(`${variant}: ready; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
+    await sleep(opts.settle * 1000);
+    const node = agent.child.pid!;
+    const bpftrace = descendants(node).filter((pid) => liveComm(pid) === "bpftrace");
+    const rows = await sampleProcesses(
+      [{ name: "node (agent)", pid: node }, ...bpftrace.map((pid) => ({ name: `bpftrace ${probeKind(pid)}`, pid }))],
+      opts,
+    );
+    // Heap numbers, modules, snapshot: after the window, as the snapshot allocates.
+    agent.child.kill("SIGUSR2");
+    const report = path.join(dir, `${variant}.json`);
+    const deadline = Date.now() + 120_000;
+    while (!existsSync(report) && Date.now() < deadline) await sleep(200);
+    await sleep(500); // the file is written in one call; let it land
+    return rows;
+  } finally {
+    await stopSending();
+    await agent.stop();
+  }
+}
+
+/**
+ * The floor under the agent's footprint: Node running an empty timer with the
+ * image's NODE_OPTIONS, and bpftrace running an empty program on the send
+ * tracepoint (LLVM and clang loaded, one program attached). Measured like a
+ * variant; no agent can hold less than these two.
+ */
+async function measureFloor(opts: Options): Promise<Row[]> {
+  const node = spawn(process.execPath, ["-e", "setInterval(() => {}, 60_000)"], {
+    stdio: "ignore",
+    env: { ...process.env, NODE_ENV: "production", NODE_OPTIONS: IMAGE_NODE_OPTIONS },
+  });
+  const bpftrace = await startBpftrace(FLOOR_TRACEPOINTS, "").catch((err: unknown) => {
+    node.kill("SIGKILL");
+    throw err;
+  });
+  try {
+    process.stderr.write(`floor: ready; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
+    await sleep(opts.settle * 1000);
+    return await sampleProcesses(
+      [
+        { name: "node (empty timer)", pid: node.pid! },
+        { name: "bpftrace (empty program)", pid: bpftrace.bpftrace()[0]! },
+      ],
+      opts,
+    );
+  } finally {
+    node.kill("SIGKILL");
+    await bpftrace.stop();
+  }
+}
+
+/** Samples memory every --slice seconds and CPU per slice, over --window seconds. */
+async function sampleProcesses(processes: { name: string; pid: number }[], opts: Options): Promise<Row[]> {
+  const pids = processes.map((p) => p.pid);
+  const samples = new Map<number, Memory[]>(pids.map((pid) => [pid, []]));
+  const cpuMarks = new Map<number, number[]>(pids.map((pid) => [pid, []]));
+  const take = (): void => {
+    for (const pid of pids) {
+      const m = memory(pid);
+      if (m) samples.get(pid)!.push(m);
+      cpuMarks.get(pid)!.push(cpuSeconds(pid));
+    }
+  };
+  const started = Date.now();
+  take();
+  const sliceCount = Math.max(1, Math.round(opts.window / opts.slice));
+  for (let i = 1; i <= sliceCount; i++) {
+    await sleep(started + i * opts.slice * 1000 - Date.now());
+    take();
+  }
+  const seconds = (Date.now() - started) / 1000;
+  const sliceSeconds = seconds / sliceCount;
+  return processes.map(({ name, pid }): Row => {
+    const mem = samples.get(pid)!;
+    const marks = cpuMarks.get(pid)!;
+    const mean = (f: (m: Memory) => number): number => mem.reduce((s, m) => s + f(m), 0) / mem.length;
+    return {
+      name,
+      pid,
+      memory: { rss: mean((m) => m.rss), pss: mean((m) => m.pss), anon: mean((m) => m.anon) },
+      peak: peakRss(pid),
+      cpu: ((marks.at(-1)! - marks[0]!) / seconds) * 1000,
+      slices: marks.slice(1).map((mark, j) => ((mark - marks[j]!) / sliceSeconds) * 1000),
+    };
+  });
+}
+
+/** "(main)" or "(go PID)": which probe a bpftrace runs, from its command line. */
+function probeKind(pid: number): string {
+  try {
+    const args = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    return /go/i.test(path.basename(args.split("\0").find((a) => a.endsWith(".bt")) ?? "")) ? "(go probe)" : "(main probe)";
+  } catch {
+    return "";
+  }
+}
+
+// --- printing ----------------------------------------------------------------------------
+
+const mib = (bytes: number): string => (Number.isFinite(bytes) ? (bytes / MiB).toFixed(1) : "-");
+const mc = (millicores: number): string => (Number.isFinite(millicores) ? millicores.toFixed(1) : "-");
+
+function median(values: number[]): number {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (sorted.length === 0) return NaN;
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
+}
+
+function printRows(title: string, rows: Row[], opts: Options): void {
+  const total: Row = {
+    name: "total",
+    pid: 0,
+    memory: {
+      rss: rows.reduce((s, r) => s + r.memory.rss, 0),
+      pss: rows.reduce((s, r) => s + r.memory.pss, 0),
+      anon: rows.reduce((s, r) => s + r.memory.anon, 0),
+    },
+    peak: rows.reduce((s, r) => s + r.peak, 0),
+    cpu: rows.reduce((s, r) => s + r.cpu, 0),
+    slices: rows[0]!.slices.map((_, j) => rows.reduce((s, r) => s + (r.slices[j] ?? 0), 0)),
+  };
+  console.log(`\n== ${title}: ${opts.window} s after ${opts.settle} s settling, target sending ${opts.sends}/s ==`);
+  console.log(
+    table(
+      ["process", "pid", "RSS MiB", "PSS MiB", "anon MiB", "peak RSS", "CPU m", `min/${opts.slice}s`, `median/${opts.slice}s`],
+      [...rows, total].map((r) => [
+        r.name,
+        r.pid ? String(r.pid) : "",
+        mib(r.memory.rss),
+        mib(r.memory.pss),
+        mib(r.memory.anon),
+        mib(r.peak),
+        mc(r.cpu),
+        mc(Math.min(...r.slices)),
+        mc(median(r.slices)),
+      ]),
+    ),
+  );
+  console.log("(memory: mean of the samples; CPU m: millicores over the window, and the lowest and median slice)");
+}
+
+interface PreloadReport {
+  memoryUsage: NodeJS.MemoryUsage;
+  heap: { total_heap_size: number; used_heap_size: number; heap_size_limit: number; malloced_memory: number; external_memory: number };
+  spaces: { space_name: string; space_size: number; space_used_size: number }[];
+  modules: string[];
+  snapshot: string | null;
+}
+
+function printHeap(variant: string, dir: string): void {
+  const file = path.join(dir, `${variant}.json`);
+  if (!existsSync(file)) {
+    console.log(`(${variant}: the preload wrote no heap report)`);
+    return;
+  }
+  const report = JSON.parse(readFileSync(file, "utf8")) as PreloadReport;
+  const u = report.memoryUsage;
+  console.log(`\nNode heap (${variant}), process.memoryUsage() before the snapshot:`);
+  console.log(
+    `  rss ${mib(u.rss)}  heapUsed ${mib(u.heapUsed)}  heapTotal ${mib(u.heapTotal)}  external ${mib(u.external)}  arrayBuffers ${mib(u.arrayBuffers)}  malloced ${mib(report.heap.malloced_memory)} MiB`,
+  );
+  console.log(`  spaces (used/size MiB): ${report.spaces.filter((s) => s.space_size > 0).map((s) => `${s.space_name.replace(/_space$/, "")} ${mib(s.space_used_size)}/${mib(s.space_size)}`).join(", ")}`);
+  printModules(report.modules);
+  if (report.snapshot && existsSync(report.snapshot)) printSnapshot(report.snapshot);
+}
+
+/** Modules loaded, by package: files and bytes of source (code memory grows with it). */
+function printModules(urls: string[]): void {
+  const byPackage = new Map<string, { files: number; bytes: number }>();
+  let builtins = 0;
+  for (const url of urls) {
+    if (!url.startsWith("file:")) {
+      builtins++;
+      continue;
+    }
+    const file = fileURLToPath(url);
+    const nm = file.lastIndexOf("/node_modules/");
+    let name: string;
+    if (nm === -1) name = file.startsWith(path.join(repoRoot, "dist")) ? "(agent, dist/)" : path.relative(repoRoot, file).startsWith("agent/bench") ? "(bench preload)" : file;
+    else {
+      const parts = file.slice(nm + "/node_modules/".length).split("/");
+      name = parts[0]!.startsWith("@") ? `${parts[0]}/${parts[1]}` : parts[0]!;
+    }
+    const entry = byPackage.get(name) ?? { files: 0, bytes: 0 };
+    entry.files++;
+    entry.bytes += statSync(file, { throwIfNoEntry: false })?.size ?? 0;
+    byPackage.set(name, entry);
+  }
+  const sorted = [...byPackage].sort((a, b) => b[1].bytes - a[1].bytes);
+  console.log(`  modules loaded: ${urls.length} (${builtins} node: builtins); by package, source KiB (files):`);
+  const cells = sorted.map(([name, e]) => `${name} ${(e.bytes / 1024).toFixed(0)} (${e.files})`);
+  for (let i = 0; i < cells.length; i += 4) console.log(`    ${cells.slice(i, i + 4).join(", ")}`);
+}
+
+/** The heap snapshot's biggest node types and object constructors, by self size. */
+function printSnapshot(file: string): void {
+  const snap = JSON.parse(readFileSync(file, "utf8")) as {
+    snapshot: { meta: { node_fields: string[]; node_types: [string[], ...unknown[]] } };
+    nodes: number[];
+    strings: string[];
+  };
+  const fields = snap.snapshot.meta.node_fields;
+  const types = snap.snapshot.meta.node_types[0];
+  const [typeAt, nameAt, sizeAt] = [fields.indexOf("type"), fields.indexOf("name"), fields.indexOf("self_size")];
+  const byType = new Map<string, { count: number; size: number }>();
+  const byName = new Map<string, { count: number; size: number }>();
+  const add = (map: Map<string, { count: number; size: number }>, key: string, size: number): void => {
+    const e = map.get(key) ?? { count: 0, size: 0 };
+    e.count++;
+    e.size += size;
+    map.set(key, e);
+  };
+  let total = 0;
+  for (let i = 0; i < snap.nodes.length; i += fields.length) {
+    const type = types[snap.nodes[i + typeAt]!]!;
+    const size = snap.nodes[i + sizeAt]!;
+    total += size;
+    add(byType, type, size);
+    // Strings' and code's names are their contents; group those by type.
+    const key = type === "object" || type === "native" || type === "hidden" || type === "array" ? `${snap.strings[snap.nodes[i + nameAt]!]} [${type}]` : `(${type})`;
+    add(byName, key.length > 60 ? `${key.slice(0, 57)}...` : key, size);
+  }
+  const top = (map: Map<string, { count: number; size: number }>, n: number): string[][] =>
+    [...map].sort((a, b) => b[1].size - a[1].size).slice(0, n).map(([k, e]) => [k, String(e.count), mib(e.size)]);
+  console.log(`  heap snapshot ${path.basename(file)}: ${mib(total)} MiB in ${snap.nodes.length / fields.length} nodes (after the snapshot's GC)`);
+  console.log(table(["  by type", "count", "MiB"], top(byType, 8).map(([a, ...r]) => [`  ${a}`, ...r] as string[])));
+  console.log(table(["  biggest (constructor or kind)", "count", "MiB"], top(byName, 15).map(([a, ...r]) => [`  ${a}`, ...r] as string[])));
+}
+
+// --- main ----------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const opts = options();
+  checkBuild();
+  if (process.getuid?.() !== 0) throw new Error("run as root: the agent attaches bpftrace probes");
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-footprint-"));
+  const cpu = os.availableParallelism() - 1;
+  const processes: LineProcess[] = [];
+  try {
+    const binary = compileLoops(dir);
+    const server = await startServer(binary, cpu);
+    processes.push(server.process);
+    const target = new SendLoop("target", binary, server.port, cpu);
+    processes.push(target.process);
+    await target.ready();
+    const apiserver = `127.0.0.1:${server.port}`;
+    console.log(`lostwrite footprint: ${CLI.replace(`${repoRoot}/`, "")}, Node ${process.version}, NODE_OPTIONS=${IMAGE_NODE_OPTIONS}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, kernel ${os.release()}, ${os.availableParallelism()} CPUs`);
+    console.log(`target pid ${target.process.pid} -> apiserver ${apiserver}; listeners: /metrics, OTLP/HTTP, OTLP/gRPC (as the DaemonSet); no --kubernetes`);
+    const results: [string, Row[]][] = [];
+    for (const variant of opts.variants) results.push([variant, await measureVariant(variant, opts, target, apiserver, dir)]);
+    const floor = opts.floor ? await measureFloor(opts) : null;
+    for (const [variant, rows] of results) printRows(`--probe-variant ${variant}`, rows, opts);
+    if (floor) printRows("floor: what no agent can go below", floor, opts);
+    for (const [variant] of results) printHeap(variant, dir);
+  } finally {
+    for (const p of processes) p.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(`bench:footprint: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
+});
