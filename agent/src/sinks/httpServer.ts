@@ -6,7 +6,8 @@
 // loss counters' trace exemplars) when its Accept header prefers
 // `application/openmetrics-text`, as Prometheus's does; the classic text
 // format otherwise.
-import http from "node:http";
+import type { Server } from "node:http";
+import http from "../nodeHttp.ts";
 import { Registry } from "prom-client";
 import type { AgentMetrics } from "./metrics.ts";
 
@@ -50,7 +51,7 @@ export interface HttpServerOptions {
   ready: () => { ok: boolean; reason: string };
 }
 
-export async function startHttpServer(opts: HttpServerOptions): Promise<http.Server> {
+export async function startHttpServer(opts: HttpServerOptions): Promise<Server> {
   const server = http.createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
     if (req.method !== "GET" && req.method !== "HEAD") {

@@ -4,7 +4,8 @@
 // (spanIntake.ts), answered with the status code OTLP exporters understand
 // (400, 403, 413, 415, 429 and 503 with Retry-After) and counted in
 // lostwrite_spans_rejected_total; nothing a client sends can throw out of here.
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import http from "../../nodeHttp.ts";
 import type { AddressInfo } from "node:net";
 import { readBoundedBody } from "./boundedBody.ts";
 import { encodeProtobufTraceResponse, type PartialSuccess } from "./otlpProtobuf.ts";
@@ -141,7 +142,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
     }
   }
 
-  const server = createServer((req, res) => {
+  const server = http.createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
       // Only a bug of ours gets here; answer and keep serving.
       if (!res.headersSent) res.writeHead(500).end();
