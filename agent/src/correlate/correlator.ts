@@ -47,6 +47,7 @@ import {
   shared,
   type SpanLookup,
 } from "./spanVerdict.ts";
+import { startAdaptiveTicker } from "../adaptiveTicker.ts";
 import { formatHostPort } from "../hostPort.ts";
 
 export interface LossMeta {
@@ -142,6 +143,8 @@ export class Correlator {
   readonly #kernelSucceeded = new Map<string, bigint>();
   /** Processes whose requests a request-level probe reads (host pid → span query): their span losses wait kernelLagMs. */
   readonly #requestLevel = new Map<number, ProcessQuery>();
+  /** Brings the ticker's next run forward when a loss starts waiting (set while ticking). */
+  #wakeTicker: (() => void) | null = null;
 
   constructor(opts: CorrelatorOptions) {
     this.#o = {
@@ -290,6 +293,7 @@ export class Correlator {
       this.#emitSpanLoss(entry);
     }
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, this.pendingCount);
+    if (this.pendingCount > 0) this.#wakeTicker?.();
   }
 
   /** Emits everything pending now (shutdown, end of a replay). */
@@ -306,11 +310,18 @@ export class Correlator {
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, 0);
   }
 
-  /** Calls tick() every `intervalMs` until the returned function is called. Does not keep the process alive. */
-  startTicking(intervalMs: number): () => void {
-    const timer = setInterval(() => this.tick(), intervalMs);
-    timer.unref();
-    return () => clearInterval(timer);
+  /**
+   * Calls tick() every `intervalMs` while a loss waits, every `idleMs` (span
+   * eviction only) otherwise, until the returned function is called. Does not
+   * keep the process alive.
+   */
+  startTicking(intervalMs: number, idleMs = 1000): () => void {
+    const ticker = startAdaptiveTicker(() => this.tick(), () => this.pendingCount > 0, intervalMs, idleMs);
+    this.#wakeTicker = () => ticker.wake();
+    return () => {
+      this.#wakeTicker = null;
+      ticker.stop();
+    };
   }
 
   /**

@@ -6,6 +6,7 @@
 // per binary. Lines go to GoRequests; the drain timer applies them in order.
 import { stat } from "node:fs/promises";
 import path from "node:path";
+import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import type { Logger } from "../../sinks/log.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
 import { inspectGoBinary, type GoBinaryInspected } from "../goBinary/inspectGoBinary.ts";
@@ -46,7 +47,7 @@ export class GoProbes {
   /** dev:inode → binary. */
   readonly #binaries = new Map<string, Binary>();
   readonly #binaryOf = new Map<number, string>();
-  #timer: NodeJS.Timeout | undefined;
+  #ticker: AdaptiveTicker | null = null;
   /** Changes are applied one at a time, in order: a program restart takes a while. */
   #work: Promise<void> = Promise.resolve();
   #stopped = false;
@@ -55,12 +56,20 @@ export class GoProbes {
     this.#o = { drainIntervalMs: 25, binaryCapacity: 1024, ...opts };
   }
 
+  /** Drains every drainIntervalMs while lines wait; once a second when none does, woken by the next. */
   start(): void {
-    this.#timer = setInterval(() => {
-      this.#o.requests.drain(this.#o.nowNs());
-      this.#o.metrics.queueLength.set({ queue: "goRequests" }, this.#o.requests.size.queued);
-    }, this.#o.drainIntervalMs);
-    this.#timer.unref();
+    const requests = this.#o.requests;
+    const ticker = startAdaptiveTicker(
+      () => {
+        requests.drain(this.#o.nowNs());
+        this.#o.metrics.queueLength.set({ queue: "goRequests" }, requests.size.queued);
+      },
+      () => requests.busy,
+      this.#o.drainIntervalMs,
+      1000,
+    );
+    requests.onQueued(() => ticker.wake());
+    this.#ticker = ticker;
   }
 
   /** A target change; returns at once, the programs follow in the background. */
@@ -73,7 +82,7 @@ export class GoProbes {
 
   async stop(): Promise<void> {
     this.#stopped = true;
-    clearInterval(this.#timer);
+    this.#ticker?.stop();
     await this.#work;
     for (const binary of this.#binaries.values()) await binary.program?.stop();
     this.#o.requests.flush();

@@ -122,6 +122,7 @@ export class GoRequests {
   /** Pids whose Go program is attached: their socket-path losses wait for this path's verdict. */
   readonly #attached = new Set<number>();
   #followed = 0;
+  #onQueued: () => void = () => {};
 
   constructor(opts: GoRequestsOptions) {
     this.#o = { holdNs: 50_000_000n, abortGraceNs: 100_000_000n, capacity: 65_536, onFollowing: () => {}, ...opts };
@@ -210,6 +211,16 @@ export class GoRequests {
   }
 
   /** Requests followed now (in flight) and lines waiting. */
+  /** Lines wait to be applied or aborts to be judged: drain() has work to do as time passes. */
+  get busy(): boolean {
+    return this.#queue.length > 0 || this.#aborts.length > 0;
+  }
+
+  /** `listener` is called whenever a line or socket loss is queued (the drain timer wakes on it). */
+  onQueued(listener: () => void): void {
+    this.#onQueued = listener;
+  }
+
   get size(): { requests: number; queued: number } {
     return { requests: this.#followed, queued: this.#queue.length };
   }
@@ -224,6 +235,7 @@ export class GoRequests {
     let i = this.#queue.length;
     while (i > 0 && this.#queue[i - 1]!.ts > queued.ts) i--;
     this.#queue.splice(i, 0, queued);
+    this.#onQueued();
   }
 
   #apply(entry: Queued): void {
