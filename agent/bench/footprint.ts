@@ -38,7 +38,7 @@
 // file-backed, shared between bpftrace processes (PSS splits it) and
 // reclaimable under pressure; anon is what only a kill gives back.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -156,6 +156,29 @@ function memory(pid: number): Memory | null {
   return { rss: kb("Rss"), pss: kb("Pss"), anon: kb("Anonymous") };
 }
 
+/** The memlock bytes of the BPF maps `pid` holds open (fdinfo), each map once. */
+function bpfMapBytes(pid: number): number {
+  const maps = new Map<string, number>();
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return NaN;
+  }
+  for (const fd of fds) {
+    try {
+      if (readlinkSync(`/proc/${pid}/fd/${fd}`) !== "anon_inode:bpf-map") continue;
+      const info = readFileSync(`/proc/${pid}/fdinfo/${fd}`, "utf8");
+      const id = /^map_id:\s+(\d+)$/m.exec(info)?.[1];
+      const memlock = Number(/^memlock:\s+(\d+)$/m.exec(info)?.[1] ?? NaN);
+      if (id !== undefined) maps.set(id, memlock);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return [...maps.values()].reduce((sum, bytes) => sum + bytes, 0);
+}
+
 /** Peak RSS since the process started (VmHWM), bytes. */
 function peakRss(pid: number): number {
   try {
@@ -253,6 +276,8 @@ interface Row {
   pid: number;
   memory: Memory;
   peak: number;
+  /** Kernel memory of the BPF maps it holds (their memlock): not in RSS, charged to its cgroup. */
+  maps: number;
   /** millicores over the window */
   cpu: number;
   /** millicores per slice */
@@ -361,6 +386,7 @@ async function sampleProcesses(processes: { name: string; pid: number }[], opts:
       pid,
       memory: { rss: mean((m) => m.rss), pss: mean((m) => m.pss), anon: mean((m) => m.anon) },
       peak: peakRss(pid),
+      maps: bpfMapBytes(pid),
       cpu: ((marks.at(-1)! - marks[0]!) / seconds) * 1000,
       slices: marks.slice(1).map((mark, j) => ((mark - marks[j]!) / sliceSeconds) * 1000),
     };
@@ -405,13 +431,14 @@ function printRows(title: string, rows: Row[], opts: Options): void {
       anon: rows.reduce((s, r) => s + r.memory.anon, 0),
     },
     peak: rows.reduce((s, r) => s + r.peak, 0),
+    maps: rows.reduce((s, r) => s + r.maps, 0),
     cpu: rows.reduce((s, r) => s + r.cpu, 0),
     slices: rows[0]!.slices.map((_, j) => rows.reduce((s, r) => s + (r.slices[j] ?? 0), 0)),
   };
-  console.log(`\n== ${title}: ${opts.window} s after ${opts.settle} s settling, target sending ${opts.sends}/s ==`);
+  console.log(`\n== ${title}: ${opts.window} s after ${opts.settle} s settling ==`);
   console.log(
     table(
-      ["process", "pid", "RSS MiB", "PSS MiB", "anon MiB", "peak RSS", "CPU m", `min/${opts.slice}s`, `median/${opts.slice}s`],
+      ["process", "pid", "RSS MiB", "PSS MiB", "anon MiB", "peak RSS", "BPF maps", "CPU m", `min/${opts.slice}s`, `median/${opts.slice}s`],
       [...rows, total].map((r) => [
         r.name,
         r.pid ? String(r.pid) : "",
@@ -419,13 +446,16 @@ function printRows(title: string, rows: Row[], opts: Options): void {
         mib(r.memory.pss),
         mib(r.memory.anon),
         mib(r.peak),
+        mib(r.maps),
         mc(r.cpu),
         mc(Math.min(...r.slices)),
         mc(median(r.slices)),
       ]),
     ),
   );
-  console.log("(memory: mean of the samples; CPU m: millicores over the window, and the lowest and median slice)");
+  console.log(
+    "(memory: mean of the samples; BPF maps: their memlock, kernel memory outside RSS that the cgroup is also charged; CPU m: millicores over the window, and the lowest and median slice)",
+  );
 }
 
 interface PreloadReport {
@@ -538,8 +568,8 @@ async function main(): Promise<void> {
     const results: [string, Row[]][] = [];
     for (const variant of opts.variants) results.push([variant, await measureVariant(variant, opts, target, apiserver, dir)]);
     const floor = opts.floor ? await measureFloor(opts) : null;
-    for (const [variant, rows] of results) printRows(`--probe-variant ${variant}`, rows, opts);
-    if (floor) printRows("floor: what no agent can go below", floor, opts);
+    for (const [variant, rows] of results) printRows(`--probe-variant ${variant}, the target sending ${opts.sends}/s`, rows, opts);
+    if (floor) printRows("floor: an idle Node and an empty bpftrace program, what no agent can go below", floor, opts);
     for (const [variant] of results) printHeap(variant, dir);
   } finally {
     for (const p of processes) p.kill();

@@ -93,9 +93,22 @@ const KERNEL_BTF = "/sys/kernel/btf/vmlinux";
  * the kernel's BTF objects by id, which needs CAP_SYS_ADMIN, and with only
  * the DaemonSet's capabilities it then knows no kernel struct ("Unknown
  * struct/union: 'struct tcp_sock'"). Reading the file needs no privilege.
+ *
+ * BPFTRACE_MAP_KEYS_MAX sizes every map of a program alike (bpftrace 0.17
+ * has no per-map size), and the kernel allocates each hash map whole at load,
+ * per CPU for counting maps, in kernel memory outside bpftrace's RSS that the
+ * pod's cgroup is charged for: at 16384 keys the socket probe held 34 MiB of
+ * maps on 2 CPUs, and its five per-CPU maps grow with the CPU count (12 MiB
+ * each on 96 CPUs). What the maps hold is small: per target pid, per
+ * apiserver socket of a target, per dead socket until it is freed, per
+ * in-flight Go stream; the most is exec'd processes not yet decided, which the
+ * agent removes within milliseconds. 4096 keys leave room for thousands of
+ * each and cut the maps to a quarter.
  */
+export const MAP_KEYS_MAX = 4096;
+
 export function bpftraceEnv(btf = KERNEL_BTF): Record<string, string> {
-  return { BPFTRACE_MAP_KEYS_MAX: "16384", ...(existsSync(btf) ? { BPFTRACE_BTF: btf } : {}) };
+  return { BPFTRACE_MAP_KEYS_MAX: String(MAP_KEYS_MAX), ...(existsSync(btf) ? { BPFTRACE_BTF: btf } : {}) };
 }
 
 const MARKER = "// @initial-state";
