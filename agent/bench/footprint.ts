@@ -46,6 +46,7 @@ import { parseArgs } from "node:util";
 import { freeLoopbackPort } from "../src/loopbackPort.ts";
 import { descendants, liveComm, sleep } from "./agentRun.ts";
 import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
+import { textTable } from "./textTable.ts";
 import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -415,11 +416,6 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
-  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
-}
 
 function printRows(title: string, rows: Row[], opts: Options): void {
   const total: Row = {
@@ -437,7 +433,7 @@ function printRows(title: string, rows: Row[], opts: Options): void {
   };
   console.log(`\n== ${title}: ${opts.window} s after ${opts.settle} s settling ==`);
   console.log(
-    table(
+    textTable(
       ["process", "pid", "RSS MiB", "PSS MiB", "anon MiB", "peak RSS", "BPF maps", "CPU m", `min/${opts.slice}s`, `median/${opts.slice}s`],
       [...rows, total].map((r) => [
         r.name,
@@ -542,8 +538,8 @@ function printSnapshot(file: string): void {
   const top = (map: Map<string, { count: number; size: number }>, n: number): string[][] =>
     [...map].sort((a, b) => b[1].size - a[1].size).slice(0, n).map(([k, e]) => [k, String(e.count), mib(e.size)]);
   console.log(`  heap snapshot ${path.basename(file)}: ${mib(total)} MiB in ${snap.nodes.length / fields.length} nodes (after the snapshot's GC)`);
-  console.log(table(["  by type", "count", "MiB"], top(byType, 8).map(([a, ...r]) => [`  ${a}`, ...r] as string[])));
-  console.log(table(["  biggest (constructor or kind)", "count", "MiB"], top(byName, 15).map(([a, ...r]) => [`  ${a}`, ...r] as string[])));
+  console.log(textTable(["  by type", "count", "MiB"], top(byType, 8).map(([a, ...r]) => [`  ${a}`, ...r] as string[])));
+  console.log(textTable(["  biggest (constructor or kind)", "count", "MiB"], top(byName, 15).map(([a, ...r]) => [`  ${a}`, ...r] as string[])));
 }
 
 // --- main ----------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ import { enableBpfStats, programCounters, programStats, ranBetween } from "./bpf
 import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
+import { textTable } from "./textTable.ts";
 import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -537,14 +538,10 @@ function programsPerOperation(configurations: Configuration[], findings: Map<str
       rows.push([operation.label, config.label, median(entry.runsPerOp).toFixed(2), median(entry.nsPerOp).toFixed(0)]);
     }
   }
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
   return [
     "the configurations' BPF programs' own run time per operation of each loop (kernel.bpf_stats_enabled, read around every",
     "timed run; median over runs): the probe's code alone, without the tracepoint's entry and exit or the context switches",
-    line(header),
-    widths.map((w) => "-".repeat(w)).join("  "),
-    ...rows.map(line),
+    textTable(header, rows, 2),
   ].join("\n");
 }
 
@@ -580,15 +577,11 @@ function readerTable(configurations: Configuration[], findings: Map<string, Find
       isBase ? "—" : perSwitch,
     ];
   });
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
   return [
     "the reader's recv(): CPU ns and context switches per 1000 recv (getrusage RUSAGE_THREAD around its timed loop),",
     "median over every run of the used rounds; 'added' against no probe (the second one: voluntary + involuntary);",
     "the last column is what each added switch would cost the reader if the switches explained all of its added ns",
-    line(header),
-    widths.map((w) => "-".repeat(w)).join("  "),
-    ...rows.map(line),
+    textTable(header, rows),
   ].join("\n");
 }
 
