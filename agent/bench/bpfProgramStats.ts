@@ -17,11 +17,19 @@ export interface ProgramStats {
   runTimeNs: number;
 }
 
-/** Turns the kernel's per-program statistics on; returns what turns them back to how they were. */
-export function enableBpfStats(): () => void {
+/**
+ * The kernel's per-program statistics switch, turned off now: on only for
+ * the runs whose program time is read, as the statistics' own clock reads
+ * cost every run of every program. restore() sets it back to how it was.
+ */
+export function bpfStatsSwitch(): { on(): void; off(): void; restore(): void } {
   const before = readFileSync(STATS_SWITCH, "utf8").trim();
-  writeFileSync(STATS_SWITCH, "1");
-  return () => writeFileSync(STATS_SWITCH, before);
+  writeFileSync(STATS_SWITCH, "0");
+  return {
+    on: () => writeFileSync(STATS_SWITCH, "1"),
+    off: () => writeFileSync(STATS_SWITCH, "0"),
+    restore: () => writeFileSync(STATS_SWITCH, before),
+  };
 }
 
 /** The BPF programs `pids` hold open, with their counters so far; named through bpftool when it is there. */

@@ -72,10 +72,12 @@
 //     a phase. Such a bpftrace adds its own probes' cost, so a phase first
 //     waits a while for it to finish, and a round in which one ran anyway is
 //     left out of the tables when at least one round was clean;
-//   - per configuration that runs bpftrace, each BPF program's own run time
-//     from the kernel (kernel.bpf_stats_enabled, on while the bench runs):
-//     how often it ran in a phase and its ns per run — where the added
-//     nanoseconds go.
+//   - per configuration that runs bpftrace, its BPF programs' own run time
+//     from the kernel, per operation of each loop and per program: where the
+//     added nanoseconds go. kernel.bpf_stats_enabled costs every run of
+//     every program two clock reads, so it is on only for one extra run of
+//     each loop per phase, whose clocks are not kept: the timed runs see the
+//     probes as a node without the bench does.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -84,7 +86,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { attachedBpftracePids, sleep, startAgentRun } from "./agentRun.ts";
-import { enableBpfStats, programCounters, programStats, ranBetween } from "./bpfProgramStats.ts";
+import { bpfStatsSwitch, programCounters, programStats, ranBetween } from "./bpfProgramStats.ts";
 import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
@@ -294,7 +296,7 @@ interface Findings {
   counted: number[];
   /** Per phase: the share of one CPU its own processes used while the loops ran. */
   cpuShare: number[];
-  /** Program name → per phase: runs, ns per run. */
+  /** Program name → per phase: runs and ns per run, over the attributed runs. */
   programs: Map<string, { runs: number[]; nsPerRun: number[] }>;
   /** Operation → per timed run: the configuration's BPF programs' runs and run time per operation of that loop. */
   perOperation: Map<string, { runsPerOp: number[]; nsPerOp: number[] }>;
@@ -312,9 +314,9 @@ async function main(): Promise<void> {
   const children: LineProcess[] = [];
   let active: ToolRun | null = null;
   let interrupted = false;
-  const restoreBpfStats = enableBpfStats();
+  const bpfStats = bpfStatsSwitch();
   const teardown = async (): Promise<void> => {
-    restoreBpfStats();
+    bpfStats.restore();
     const running = active;
     active = null;
     await running?.stop();
@@ -344,7 +346,8 @@ async function main(): Promise<void> {
     await Promise.all([target.ready(), other.ready(), file.ready()]);
     const apiserver = `127.0.0.1:${server.port}`;
     // Per run: timed sends, warm-up sends, the run header.
-    const expectedCount = RUNS_PER_PHASE * (iterations + Math.floor(iterations / 10) + 1);
+    // Timed runs and the one attributed run (only configurations that run bpftrace are counted).
+    const expectedCount = (RUNS_PER_PHASE + 1) * (iterations + Math.floor(iterations / 10) + 1);
 
     const out = (line = ""): void => void process.stdout.write(`${line}\n`);
     const labelWidth = Math.max(...configurations.map((c) => c.label.length));
@@ -392,31 +395,39 @@ async function main(): Promise<void> {
         const otherSend = fastest();
         const otherFile = fastest();
         const readerRuns: ReaderCost[] = [];
-        // The programs' own run time over each loop's run, per operation of
-        // that loop (warm-up and header included): the probe's cost without
-        // the tracepoint around it and without the scheduling effects the
-        // clocks above also see. Whatever else ran on the node meanwhile
-        // (the agent's own sends, say) is in it too: a few runs in 50 000.
-        const attributed = async <T>(operation: string, operations: number, run: () => Promise<T>): Promise<T> => {
-          const before = running ? programCounters(running.bpftrace()) : null;
-          const result = await run();
-          if (before && running) {
+        for (let run = 0; run < RUNS_PER_PHASE; run++) {
+          const sent = await target.run(iterations);
+          targetSend.add(sent.send);
+          apiserverRecv.add({ wallNs: null, cpuNs: sent.recv.cpuNs });
+          readerRuns.push(sent.recv);
+          otherSend.add((await other.run(iterations)).send);
+          otherFile.add(await file.run(iterations));
+        }
+        // Then one more run of each loop with the kernel's statistics on, its
+        // clocks not kept: the programs' own run time over it, per operation
+        // of that loop (warm-up and header included). The probe's cost
+        // without the tracepoint around it and without the scheduling effects
+        // the clocks also see. Whatever else ran on the node meanwhile (the
+        // agent's own sends, say) is in it too: a few runs in 50 000.
+        if (running) {
+          const warmUp = Math.floor(iterations / 10);
+          const attribute = async (operation: string, operations: number, run: () => Promise<unknown>): Promise<void> => {
+            const before = programCounters(running.bpftrace());
+            await run();
             const { runs, runTimeNs } = ranBetween(before, programCounters(running.bpftrace()));
             const entry = found.perOperation.get(operation) ?? { runsPerOp: [], nsPerOp: [] };
             found.perOperation.set(operation, entry);
             entry.runsPerOp.push(runs / operations);
             entry.nsPerOp.push(runTimeNs / operations);
+          };
+          bpfStats.on();
+          try {
+            await attribute("targetSend", iterations + warmUp + 1, () => target.run(iterations));
+            await attribute("otherSend", iterations + warmUp + 1, () => other.run(iterations));
+            await attribute("otherFile", iterations + warmUp, () => file.run(iterations));
+          } finally {
+            bpfStats.off();
           }
-          return result;
-        };
-        const warmUp = Math.floor(iterations / 10);
-        for (let run = 0; run < RUNS_PER_PHASE; run++) {
-          const sent = await attributed("targetSend", iterations + warmUp + 1, () => target.run(iterations));
-          targetSend.add(sent.send);
-          apiserverRecv.add({ wallNs: null, cpuNs: sent.recv.cpuNs });
-          readerRuns.push(sent.recv);
-          otherSend.add((await attributed("otherSend", iterations + warmUp + 1, () => other.run(iterations))).send);
-          otherFile.add(await attributed("otherFile", iterations + warmUp, () => file.run(iterations)));
         }
         table.record("targetSend", config.key, round, targetSend.value);
         table.record("apiserverRecv", config.key, round, apiserverRecv.value);
@@ -506,7 +517,7 @@ async function main(): Promise<void> {
     out();
     out(programsPerOperation(configurations, findings));
     out();
-    out("BPF programs' own run time (kernel.bpf_stats_enabled), median over phases; the tracepoint's entry and exit come on top");
+    out("BPF programs' own run time (kernel.bpf_stats_enabled) over the attributed runs, median over phases; the tracepoint's entry and exit come on top");
     out(`${"configuration".padEnd(labelWidth + 2)}${"program".padEnd(17)}${"runs/phase".padStart(12)}${"ns/run".padStart(9)}`);
     for (const config of configurations) {
       for (const [name, { runs, nsPerRun }] of [...findings.get(config.key)!.programs].sort(([a], [b]) => a.localeCompare(b))) {
@@ -539,8 +550,9 @@ function programsPerOperation(configurations: Configuration[], findings: Map<str
     }
   }
   return [
-    "the configurations' BPF programs' own run time per operation of each loop (kernel.bpf_stats_enabled, read around every",
-    "timed run; median over runs): the probe's code alone, without the tracepoint's entry and exit or the context switches",
+    "the configurations' BPF programs' own run time per operation of each loop (kernel.bpf_stats_enabled, on for one extra",
+    "run of each loop per phase; median over phases): the probe's code alone, without the tracepoint's entry and exit or the",
+    "context switches (the statistics' own two clock reads per run are in it: most of an empty program's figure)",
     textTable(header, rows, 2),
   ].join("\n");
 }
