@@ -1,11 +1,14 @@
 // A TLS server with Go's crypto/tls and net/http, the stacks the kube-apiserver
 // runs on, for tests of fresh connections: it reads one request, HTTP/1.1 or
 // HTTP/2 (ALPN), and never answers. A request whose path holds "/reset/" gets
-// a TCP reset, any other a close (close_notify, then FIN). Go's TLS 1.3
-// server sends its session tickets before the client's Finished, so over
-// HTTP/1.1 nothing but the close comes after the request; over HTTP/2 the
-// server's SETTINGS, its SETTINGS ACK and WINDOW_UPDATEs do, as from a real
-// apiserver: what the kernel sees of a real apiserver dropping a request.
+// a TCP reset, any other a close (close_notify, then FIN). It requests no
+// client certificate, so Go's TLS 1.3 server sends its session ticket in its
+// first flight, before the client's Finished: over HTTP/1.1 nothing but the
+// close comes after the request; over HTTP/2 the server's SETTINGS, its
+// SETTINGS ACK and WINDOW_UPDATEs do. An apiserver with a client CA requests
+// a certificate, and its ticket can then come after the request: that is the
+// sockets probe's known limit (probes/apiserver_sockets.bt), not tested here
+// as it is not detected.
 //
 // Usage: go-tls-server   (prints {"port":N} once listening on 127.0.0.1)
 package main
