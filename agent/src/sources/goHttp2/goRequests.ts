@@ -210,7 +210,6 @@ export class GoRequests {
     }
   }
 
-  /** Requests followed now (in flight) and lines waiting. */
   /** Lines wait to be applied or aborts to be judged: drain() has work to do as time passes. */
   get busy(): boolean {
     return this.#queue.length > 0 || this.#aborts.length > 0;
@@ -221,6 +220,7 @@ export class GoRequests {
     this.#onQueued = listener;
   }
 
+  /** Requests followed now (in flight) and lines waiting. */
   get size(): { requests: number; queued: number } {
     return { requests: this.#followed, queued: this.#queue.length };
   }

@@ -105,7 +105,7 @@ const KERNEL_BTF = "/sys/kernel/btf/vmlinux";
  * agent removes within milliseconds. 4096 keys leave room for thousands of
  * each and cut the maps to a quarter.
  */
-export const MAP_KEYS_MAX = 4096;
+const MAP_KEYS_MAX = 4096;
 
 export function bpftraceEnv(btf = KERNEL_BTF): Record<string, string> {
   return { BPFTRACE_MAP_KEYS_MAX: String(MAP_KEYS_MAX), ...(existsSync(btf) ? { BPFTRACE_BTF: btf } : {}) };
