@@ -15,8 +15,6 @@ export const ControlOp = {
   removeEndpoint6: 6,
   forgetCounters: 7,
   ack: 8,
-  forgetTransient: 9,
-  forgetFailedSends: 10,
 } as const;
 export type ControlOp = (typeof ControlOp)[keyof typeof ControlOp];
 
@@ -37,21 +35,6 @@ function words(value: bigint, count: number): number[] {
 /** The datagram lengths that carry one control message. */
 export function encodeControl(op: ControlOp, a: bigint, b = 0n, c = 0n): number[] {
   return [OP_BASE + op, ...words(a, 6), ...words(b, 6), ...words(c, 2)];
-}
-
-/** A counter entry keyed pid, syscall number, errno: what ops 9 and 10 delete. */
-export interface SyscallCounterKey {
-  map: "transient" | "failedSends";
-  pid: number;
-  /** The syscall number; -1 where the probe could not read it. */
-  nr: number;
-  errno: number;
-}
-
-/** Deletes one @transient or @failed_sends entry; the syscall number goes as 64 bits, two's complement. */
-export function forgetSyscallCounterMessage(key: SyscallCounterKey): number[] {
-  const op = key.map === "transient" ? ControlOp.forgetTransient : ControlOp.forgetFailedSends;
-  return encodeControl(op, BigInt(key.pid), BigInt.asUintN(64, BigInt(key.nr)), BigInt(key.errno));
 }
 
 export function endpointMessage(add: boolean, key: EndpointKey): number[] {
