@@ -59,23 +59,30 @@ export function ranBetween(before: readonly ProgramStats[], after: readonly Prog
 
 /** programStats without the names: only /proc reads, cheap enough to take around every timed run. */
 export function programCounters(pids: readonly number[]): ProgramStats[] {
-  const found: ProgramStats[] = [];
-  for (const pid of pids) {
-    let fds: string[];
+  return pids.flatMap((pid) =>
+    bpfFdInfo(pid, "prog").map((field) => ({ id: field("prog_id"), name: "", runs: field("run_cnt"), runTimeNs: field("run_time_ns") })),
+  );
+}
+
+/**
+ * The BPF objects of one kind that `pid` holds open, as readers of their
+ * fdinfo's numeric fields (NaN for a field not there); none once it exited.
+ */
+export function bpfFdInfo(pid: number, kind: "prog" | "map"): ((field: string) => number)[] {
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return []; // exited meanwhile
+  }
+  const found: ((field: string) => number)[] = [];
+  for (const fd of fds) {
     try {
-      fds = readdirSync(`/proc/${pid}/fd`);
+      if (readlinkSync(`/proc/${pid}/fd/${fd}`) !== `anon_inode:bpf-${kind}`) continue;
+      const info = readFileSync(`/proc/${pid}/fdinfo/${fd}`, "utf8");
+      found.push((name) => Number(new RegExp(`^${name}:\\s+(\\d+)$`, "m").exec(info)?.[1] ?? NaN));
     } catch {
-      continue; // exited meanwhile
-    }
-    for (const fd of fds) {
-      try {
-        if (readlinkSync(`/proc/${pid}/fd/${fd}`) !== "anon_inode:bpf-prog") continue;
-        const info = readFileSync(`/proc/${pid}/fdinfo/${fd}`, "utf8");
-        const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)$`, "m").exec(info)?.[1] ?? NaN);
-        found.push({ id: field("prog_id"), name: "", runs: field("run_cnt"), runTimeNs: field("run_time_ns") });
-      } catch {
-        // closed meanwhile
-      }
+      // closed meanwhile
     }
   }
   return found;

@@ -38,13 +38,15 @@
 // file-backed, shared between bpftrace processes (PSS splits it) and
 // reclaimable under pressure; anon is what only a kill gives back.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { freeLoopbackPort } from "../src/loopbackPort.ts";
-import { descendants, liveComm, sleep } from "./agentRun.ts";
+import { cpuSeconds, descendants, liveComm, sleep } from "./agentRun.ts";
+import { bpfFdInfo } from "./bpfProgramStats.ts";
+import { median } from "./costTable.ts";
 import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 import { textTable } from "./textTable.ts";
 import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
@@ -57,7 +59,6 @@ const PRELOAD = path.join(here, "footprintPreload.js");
 const IMAGE_NODE_OPTIONS = "--max-semi-space-size=2";
 const READY_TIMEOUT_MS = 90_000;
 const STOP_TIMEOUT_MS = 10_000;
-const CLOCK_TICKS_PER_SECOND = 100;
 const MiB = 1024 * 1024;
 
 const USAGE = `usage: npm run bench:footprint -- [--settle S] [--window S] [--slice S] [--sends N] [--variants LIST] [--no-snapshot]
@@ -159,24 +160,7 @@ function memory(pid: number): Memory | null {
 
 /** The memlock bytes of the BPF maps `pid` holds open (fdinfo), each map once. */
 function bpfMapBytes(pid: number): number {
-  const maps = new Map<string, number>();
-  let fds: string[];
-  try {
-    fds = readdirSync(`/proc/${pid}/fd`);
-  } catch {
-    return NaN;
-  }
-  for (const fd of fds) {
-    try {
-      if (readlinkSync(`/proc/${pid}/fd/${fd}`) !== "anon_inode:bpf-map") continue;
-      const info = readFileSync(`/proc/${pid}/fdinfo/${fd}`, "utf8");
-      const id = /^map_id:\s+(\d+)$/m.exec(info)?.[1];
-      const memlock = Number(/^memlock:\s+(\d+)$/m.exec(info)?.[1] ?? NaN);
-      if (id !== undefined) maps.set(id, memlock);
-    } catch {
-      // closed meanwhile
-    }
-  }
+  const maps = new Map(bpfFdInfo(pid, "map").map((field) => [field("map_id"), field("memlock")]));
   return [...maps.values()].reduce((sum, bytes) => sum + bytes, 0);
 }
 
@@ -189,16 +173,6 @@ function peakRss(pid: number): number {
   }
 }
 
-/** CPU seconds (utime + stime) a process has used so far; NaN once it is gone. */
-function cpuSeconds(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
-  } catch {
-    return NaN;
-  }
-}
 
 // --- the agent, as the image runs it -------------------------------------------------
 
@@ -409,12 +383,6 @@ function probeKind(pid: number): string {
 const mib = (bytes: number): string => (Number.isFinite(bytes) ? (bytes / MiB).toFixed(1) : "-");
 const mc = (millicores: number): string => (Number.isFinite(millicores) ? millicores.toFixed(1) : "-");
 
-function median(values: number[]): number {
-  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
-  if (sorted.length === 0) return NaN;
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-}
 
 
 function printRows(title: string, rows: Row[], opts: Options): void {
