@@ -23,6 +23,10 @@
 // order rotated every round; "none" always runs, it is the baseline:
 //   none      no probe.
 //   sockets   the real agent CLI, --probe-variant sockets.
+//   goFollowed  the sockets program as the agent renders it for a Go operator
+//             whose requests its Go probe reads: the target marked
+//             request-level, its successful sends left after one lookup
+//             (bpftrace alone, as the bench's target is no Go binary).
 //   syscalls  the same, --probe-variant syscalls.
 //   strace    strace -f -qq -e trace=write -o /dev/null -p TARGET: ptrace
 //             stops the target at every syscall, send()s included (no
@@ -91,7 +95,7 @@ import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
 import { textTable } from "./textTable.ts";
-import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
+import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startRequestLevelProbe, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -125,6 +129,13 @@ const agent = (variant: string): Configuration["start"] => (targetPid, apiserver
 const CONFIGURATIONS: Configuration[] = [
   { key: "none", label: "no probe", what: "nothing attached", needs: [], start: null },
   { key: "sockets", label: "agent: sockets", what: "lostwrite agent --probe-variant sockets", needs: [], start: agent("sockets") },
+  {
+    key: "goFollowed",
+    label: "sockets: Go target",
+    what: "the agent's sockets program with the target marked as its Go probe marks a Go operator's (its successful sends left alone)",
+    needs: ["bpftool"],
+    start: (targetPid, apiserver) => startRequestLevelProbe(targetPid, apiserver),
+  },
   { key: "syscalls", label: "agent: syscalls", what: "lostwrite agent --probe-variant syscalls", needs: [], start: agent("syscalls") },
   {
     key: "strace",

@@ -3,7 +3,11 @@
 // once the kernel shows it attached (not when it says so), and stopped only
 // once the kernel shows it gone, so that it cannot bleed into the next phase.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { parseEndpoint } from "../src/sources/probe/endpointKey.ts";
+import { bpftraceEnv, renderProgram, REQUIRED_TRACEPOINTS } from "../src/sources/probe/probeProgram.ts";
 import { cpuSeconds, liveComm, sleep } from "./agentRun.ts";
 
 const READY_TIMEOUT_MS = 30_000;
@@ -62,7 +66,33 @@ export async function startStrace(targetPid: number): Promise<ToolRun> {
  */
 export async function startBpftrace(tracepoints: string[], body: string): Promise<ToolRun> {
   const program = oneLiner(tracepoints, body);
-  const { child, stderr } = spawnTool("bpftrace", ["-e", program]);
+  return runBpftrace(["-e", program], tracepoints, `bpftrace -e '${program}'`);
+}
+
+/**
+ * The agent's sockets program as the agent renders it for a target whose
+ * requests its Go probe reads (marked request-level; see REQUEST-LEVEL
+ * TARGETS in probes/apiserver_sockets.bt), run by bpftrace alone: the bench's
+ * target is no Go binary, so the agent would not mark it itself. What a Go
+ * operator's sends cost; the agent's user space does nothing per send.
+ */
+export async function startRequestLevelProbe(targetPid: number, apiserver: string): Promise<ToolRun> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-"));
+  const file = path.join(dir, "sockets.bt");
+  writeFileSync(file, renderProgram("sockets", { targets: [targetPid], requestLevel: [targetPid], endpoints: [parseEndpoint(apiserver)] }));
+  // AGENT_PID 0: no control channel, the state is all rendered.
+  const run = await runBpftrace([file, "0", "0"], [...REQUIRED_TRACEPOINTS.sockets.map((t) => t.replace("/", ":"))], `bpftrace ${file}`, bpftraceEnv());
+  return {
+    ...run,
+    stop: async () => {
+      await run.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function runBpftrace(args: string[], tracepoints: string[], what: string, env: Record<string, string> = {}): Promise<ToolRun> {
+  const { child, stderr } = spawnTool("bpftrace", args, env);
   const pid = child.pid!;
   const stop = async (): Promise<void> => {
     stopChild(child, "SIGINT");
@@ -75,7 +105,7 @@ export async function startBpftrace(tracepoints: string[], body: string): Promis
       return names.every((name) => attached.includes(name));
     },
     READY_TIMEOUT_MS,
-    () => `bpftrace -e '${program}' did not attach: ${stderr()}`,
+    () => `${what} did not attach: ${stderr()}`,
     child,
     stop,
   );
@@ -104,8 +134,8 @@ function stopChild(child: ChildProcess, signal: NodeJS.Signals): void {
 }
 
 /** Starts `cmd` with stdout to /dev/null; `stderr()` is the last 2000 characters it wrote there. */
-function spawnTool(cmd: string, args: string[]): { child: ChildProcess; stderr: () => string } {
-  const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
+function spawnTool(cmd: string, args: string[], env: Record<string, string> = {}): { child: ChildProcess; stderr: () => string } {
+  const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
   child.once("error", () => undefined); // a failed start has no pid, thrown below
   if (child.pid === undefined) throw new Error(`could not start ${cmd}`);
   let text = "";

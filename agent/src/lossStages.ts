@@ -2,7 +2,7 @@
 // `lostwrite replay`: probe records and spans in, counted and correlated loss
 // events out.
 import type { Config } from "./config.ts";
-import type { LossEvent, ProcessIdentity, SocketEvent } from "./model.ts";
+import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "./model.ts";
 import { Correlator } from "./correlate/correlator.ts";
 import type { IsApiserver } from "./correlate/spanVerdict.ts";
 import { formatHostPort } from "./hostPort.ts";
@@ -132,7 +132,28 @@ export function buildLossStages(opts: LossStagesOptions) {
   /** A request-level probe now reads this process's requests. */
   const noteRequestLevel = (pid: number): void => correlator.noteRequestLevel(pid, identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
 
-  return { handleRecord, addSocketEvent, addRequestLoss, addRequestRetry, addRequestAnswer, noteRequestLevel, correlator, counters };
+  const labelsOf = (pid: number) => workloadLabels(identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
+
+  /** A request a request-level probe saw written: one write of a process whose sends the kernel leaves alone. */
+  const countRequest = (pid: number): void => {
+    metrics.writes.inc(labelsOf(pid));
+  };
+
+  /** A connection a request-level probe saw closed cleanly with requests unanswered. */
+  const addRequestConnectionLoss = (pid: number, reason: ConnectionLossReason): void => recordConnectionLoss(metrics, labelsOf(pid), reason);
+
+  return {
+    handleRecord,
+    addSocketEvent,
+    addRequestLoss,
+    addRequestRetry,
+    addRequestAnswer,
+    noteRequestLevel,
+    countRequest,
+    addRequestConnectionLoss,
+    correlator,
+    counters,
+  };
 }
 
 function configuredApiserver(config: Config): IsApiserver {

@@ -25,7 +25,7 @@ import type { Config } from "./config.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { parseHostPort, type HostPort } from "./hostPort.ts";
 import { buildLossStages } from "./lossStages.ts";
-import type { LossEvent } from "./model.ts";
+import type { ConnectionLossReason, LossEvent } from "./model.ts";
 import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
 import { startStages, stage, type LossSink, type Stage } from "./stage.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
@@ -33,7 +33,7 @@ import { AgentMetrics } from "./sinks/metrics.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { GoProbes } from "./sources/goHttp2/goProbes.ts";
-import { GoRequests } from "./sources/goHttp2/goRequests.ts";
+import { GoRequests, type GoRequest } from "./sources/goHttp2/goRequests.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
@@ -117,13 +117,27 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
 
   // --- judge and correlate (shared with replay) --------------------------------
   // Go targets' requests are followed one by one; their socket-path losses
-  // pass through that path first, so one lost request is one event.
+  // pass through that path first, so one lost request is one event. With the
+  // sockets variant the kernel then leaves their successful sends alone
+  // (probes/apiserver_sockets.bt, REQUEST-LEVEL TARGETS): their writes are
+  // counted per request, and their clean closes with requests unanswered are
+  // told by this path.
+  const requestLevelSends = variant === "sockets";
   const goRequests = new GoRequests({
     isApiserver,
     onLoss: (event) => judged.addRequestLoss(event),
     onRetry: (event, code) => judged.addRequestRetry(event, code),
     onAnswered: (event) => judged.addRequestAnswer(event),
-    onFollowing: (pid) => judged.noteRequestLevel(pid),
+    onAttached: (pid, attached) => {
+      if (attached) judged.noteRequestLevel(pid);
+      if (requestLevelSends) void probe.setRequestLevel(pid, attached);
+    },
+    ...(requestLevelSends
+      ? {
+          onRequest: (request: GoRequest) => judged.countRequest(request.pid),
+          onConnectionLoss: (pid: number, reason: ConnectionLossReason) => judged.addRequestConnectionLoss(pid, reason),
+        }
+      : {}),
     forward: (event, identity) => judged.addSocketEvent(event, identity),
     onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
   });
@@ -159,6 +173,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     // With rules that can match a program started later, every exec is traced at once.
     state: () => ({
       targets: targets.pids(),
+      requestLevel: requestLevelSends ? goRequests.attachedPids() : [],
       endpoints: endpoints.current(),
       execWatch: newProgramsCanMatch(config),
       unansweredMinBytes: config["unanswered-min-bytes"],

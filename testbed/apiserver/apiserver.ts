@@ -41,6 +41,8 @@ export interface Apiserver {
   controlUrl: string;
   control: FaultControl;
   faultLog(): FaultRecord[];
+  /** The requests received, "METHOD path?query", oldest first (the latest 10 000). */
+  requestsSeen(): readonly string[];
   store: ObjectStore;
   close(): Promise<void>;
 }
@@ -59,6 +61,11 @@ export async function startApiserver(opts: ApiserverOptions): Promise<Apiserver>
   // A real apiserver keeps idle HTTP/1.1 connections far longer than node's 5 s default;
   // clients that reuse connections should be able to.
   (httpServer as unknown as { keepAliveTimeout: number }).keepAliveTimeout = 10 * 60_000;
+  const requests: string[] = [];
+  httpServer.on("request", (req: http2.Http2ServerRequest) => {
+    if (requests.length >= 10_000) requests.shift();
+    requests.push(`${req.method} ${req.url}`);
+  });
   httpServer.on("request", createRequestHandler({ store, faults }));
   httpServer.on("sessionError", () => undefined);
 
@@ -90,7 +97,7 @@ export async function startApiserver(opts: ApiserverOptions): Promise<Apiserver>
   return {
     url, host, port: listener.port, kubeconfigPath, caPath: certs.caPath,
     controlUrl: `http://${urlHost(controlAddress.address)}:${controlAddress.port}`,
-    control: faults, faultLog: () => faults.faults(), store,
+    control: faults, faultLog: () => faults.faults(), requestsSeen: () => requests, store,
     close: () => {
       closed ??= (async () => {
         controlServer.closeAllConnections();

@@ -142,8 +142,12 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     // The swallow operator's reconcile span says all went well: a silent loss, matched to its span by its path.
     assert.deepEqual([resetEvent.correlation, resetEvent.noticed, resetEvent.reconcile?.name], ["span", "no", reset.name], JSON.stringify(resetEvent));
 
+    const closedConnections = (): Promise<number> => agent.metric("lostwrite_apiserver_connection_losses_total", { reason: "closed_unanswered" });
+    const closedBefore = await closedConnections();
     const closed = statusWrite(op, { action: "close" });
     assert.equal((await oneLoss(op, closed.path, closed.name)).cause, "connection_closed_unanswered");
+    // The connection as well: its watch was answered long ago, the PATCH was not.
+    assert.equal((await closedConnections()) - closedBefore, 1, "one connection closed by the apiserver with a request unanswered");
 
     const rejected = statusWrite(op, { action: "status", code: 409 });
     const rejectedEvent = await oneLoss(op, rejected.path, rejected.name);
@@ -196,6 +200,34 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     const op = await startOperator(binaries.symbols, "xnet", "xnet-symbols");
     try {
       await coreVerdicts(op);
+    } finally {
+      await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("a followed operator's writes are its requests: the kernel leaves its sends alone, its watch's flow control is no write", async () => {
+    const op = await startOperator(binaries.stripped, "xnet", "writes-are-requests");
+    try {
+      const requestsTo = (): number => api.requestsSeen().filter((r) => r.includes(`/namespaces/${op.namespace}/`)).length;
+      const writes = (): Promise<number> => agent.metric("lostwrite_apiserver_writes_total", { process: "go-operator" });
+      // Past the kernel's switch to request level and one counter print.
+      await sleep(1500);
+      const [writesBefore, requestsBefore] = [await writes(), requestsTo()];
+      // 256 KiB objects on the watch: Go answers each with WINDOW_UPDATE
+      // sends, which the socket path counted as writes.
+      const names: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const name = `big${i}`;
+        names.push(name);
+        api.store.commit(WIDGETS, {
+          apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name, namespace: op.namespace, generation: 1 }, spec: { size: 1, blob: "x".repeat(256 << 10) },
+        });
+      }
+      await waitFor("the five status writes to land", () => names.every((name) => landed(op, name)), 15_000);
+      await sleep(1500); // the Go lines' hold, the drain and the kernel's next counter print
+      const requests = requestsTo() - requestsBefore;
+      assert.equal(requests, 5, `five status PATCHes and nothing else: ${api.requestsSeen().slice(-requests).join(", ")}`);
+      assert.equal((await writes()) - writesBefore, requests);
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }

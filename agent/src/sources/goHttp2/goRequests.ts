@@ -30,7 +30,7 @@
 // connects, which no request line describes): one lost request, one event.
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
-import type { LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
+import type { ConnectionLossReason, LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
 import { PROBE_FAMILIES, type PrintfRecordOf } from "../probe/probeLines.ts";
 import { isStatusWrite } from "../spans/spanAttributes.ts";
 import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
@@ -77,8 +77,18 @@ export interface GoRequestsOptions {
   onRetry: (event: SocketEvent, code: RetryCode) => void;
   /** A status write answered 2xx: what resolves an earlier rejection of the same write as a retry. */
   onAnswered: (event: SocketEvent) => void;
-  /** The requests of this pid are read from now on. */
-  onFollowing?: (pid: number) => void;
+  /** The requests of this pid are read from now on (true), or no longer (false). */
+  onAttached?: (pid: number, attached: boolean) => void;
+  /** A request to an apiserver was written, of any method: the write count of a process this path follows. */
+  onRequest?: (request: GoRequest) => void;
+  /**
+   * A connection ended with requests unanswered, closed by the apiserver's
+   * FIN or by the client: lostwrite_apiserver_connection_losses_total's
+   * reason. A reset or a timeout is the socket path's to count (the kernel
+   * knows the error); this path tells the clean closes, which bytes on the
+   * socket cannot judge for a connection that carries watches.
+   */
+  onConnectionLoss?: (pid: number, reason: Extract<ConnectionLossReason, "closed_unanswered" | "closed_by_client">) => void;
   /** A socket-path loss this path does not speak for, in order: on to the correlator. */
   forward: (event: SocketEvent, identity: ProcessIdentity) => void;
   /** Something did not fit: the stage and reason of lostwrite_events_dropped_total. */
@@ -109,6 +119,19 @@ interface Conn {
 const REFUSED_STREAM = 7;
 /** The socket's TCP state when the read loop ended: CLOSE after a reset or a timeout (CLOSE_WAIT, 8, after the server's FIN). */
 const TCP_CLOSE = 7;
+/**
+ * A clean close by TCP state when the read loop ended: the server's FIN came
+ * first (CLOSE_WAIT, then LAST_ACK), or the client's (FIN_WAIT1, FIN_WAIT2,
+ * CLOSING, TIME_WAIT). CLOSE is a reset or a timeout; 0 is no socket read.
+ */
+const CLEAN_CLOSE_BY_STATE = new Map<number, "closed_unanswered" | "closed_by_client">([
+  [8, "closed_unanswered"],
+  [9, "closed_unanswered"],
+  [4, "closed_by_client"],
+  [5, "closed_by_client"],
+  [11, "closed_by_client"],
+  [6, "closed_by_client"],
+]);
 
 export class GoRequests {
   readonly #o: Required<GoRequestsOptions>;
@@ -125,17 +148,28 @@ export class GoRequests {
   #onQueued: () => void = () => {};
 
   constructor(opts: GoRequestsOptions) {
-    this.#o = { holdNs: 50_000_000n, abortGraceNs: 100_000_000n, capacity: 65_536, onFollowing: () => {}, ...opts };
+    this.#o = {
+      holdNs: 50_000_000n,
+      abortGraceNs: 100_000_000n,
+      capacity: 65_536,
+      onAttached: () => {},
+      onRequest: () => {},
+      onConnectionLoss: () => {},
+      ...opts,
+    };
   }
 
   /** The Go program of `pid` attached (true) or went away (false). */
   setAttached(pid: number, attached: boolean): void {
-    if (attached) {
-      this.#attached.add(pid);
-      this.#o.onFollowing(pid);
-    } else {
-      this.#attached.delete(pid);
-    }
+    if (attached === this.#attached.has(pid)) return;
+    if (attached) this.#attached.add(pid);
+    else this.#attached.delete(pid);
+    this.#o.onAttached(pid, attached);
+  }
+
+  /** The pids whose Go program is attached now. */
+  attachedPids(): number[] {
+    return [...this.#attached];
   }
 
   /** The process is no target any more: its requests in flight are not followed further. */
@@ -272,6 +306,8 @@ export class GoRequests {
         const conn = this.#conns.get(key);
         if (conn === undefined) return;
         const cause: LossCause = record.state === TCP_CLOSE ? "connection_reset" : "connection_closed_unanswered";
+        const closedBy = CLEAN_CLOSE_BY_STATE.get(record.state);
+        if (conn.streams.size > 0 && closedBy !== undefined) this.#o.onConnectionLoss(record.pid, closedBy);
         for (const id of [...conn.streams.keys()]) {
           const request = this.#take(key, id);
           if (request !== undefined) this.#lose(request, cause, record.ts, null);
@@ -298,6 +334,7 @@ export class GoRequests {
     // Without a peer there is no telling an apiserver from any other server.
     const peer = request.peer === null ? null : splitHostPort(request.peer);
     if (peer === null || !this.#o.isApiserver(peer.host, peer.port)) return;
+    this.#o.onRequest(request);
     if (this.#followed >= this.#o.capacity) {
       this.#o.onDrop("capacity");
       return;

@@ -169,6 +169,11 @@ export class BpftraceSupervisor {
     await this.sendConfirmed(encodeControl(ControlOp.forgetCounters, BigInt(pid)));
   }
 
+  /** The target's requests are read by the Go probe (true) or no longer (false); see REQUEST-LEVEL TARGETS in the probe. */
+  async setRequestLevel(pid: number, on: boolean): Promise<void> {
+    await this.sendConfirmed(encodeControl(ControlOp.requestLevel, BigInt(pid), 0n, on ? 1n : 0n));
+  }
+
   async setEndpoint(endpoint: EndpointKey, present: boolean): Promise<void> {
     await this.sendConfirmed(kernelKeys(endpoint).flatMap((key) => endpointMessage(present, key)));
   }

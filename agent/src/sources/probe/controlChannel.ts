@@ -15,6 +15,8 @@ export const ControlOp = {
   removeEndpoint6: 6,
   forgetCounters: 7,
   ack: 8,
+  /** c = 1: the target's requests are read by the Go probe, its sends are left alone; c = 0: no longer. */
+  requestLevel: 9,
 } as const;
 export type ControlOp = (typeof ControlOp)[keyof typeof ControlOp];
 

@@ -11,6 +11,8 @@ export const PROBE_VARIANTS = ["sockets", "syscalls"] as const;
 
 export interface ProbeState {
   targets: Iterable<number>;
+  /** Targets whose requests the Go probe reads: the socket probe leaves their successful sends alone. */
+  requestLevel?: Iterable<number>;
   endpoints: Iterable<EndpointKey>;
   /** Rules can match a program that starts later: trace every exec until user space decides. */
   execWatch?: boolean;
@@ -119,7 +121,8 @@ export function renderProgram(variant: ProbeVariant, state: ProbeState): string 
   const lines: string[] = [];
   if (state.execWatch) lines.push("@exec_watch = 1;");
   if (state.unansweredMinBytes !== undefined) lines.push(`@unanswered_min = (uint64)${state.unansweredMinBytes};`);
-  for (const pid of [...state.targets].sort((a, b) => a - b)) lines.push(`@targets[(uint64)${pid}] = 1;`);
+  const requestLevel = new Set(state.requestLevel ?? []);
+  for (const pid of [...state.targets].sort((a, b) => a - b)) lines.push(`@targets[(uint64)${pid}] = ${requestLevel.has(pid) ? 2 : 1};`);
   for (const endpoint of state.endpoints) {
     for (const key of kernelKeys(endpoint)) {
       lines.push(

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ProcessIdentity, SocketEvent } from "../../../../src/model.ts";
-import { GoRequests, type GoRecord, type RetryCode } from "../../../../src/sources/goHttp2/goRequests.ts";
+import { GoRequests, type GoRecord, type GoRequestsOptions, type RetryCode } from "../../../../src/sources/goHttp2/goRequests.ts";
 
 const MS = 1_000_000n;
 const PID = 4242;
@@ -9,7 +9,7 @@ const CONN = 0xc000182000n;
 const STATUS_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status";
 const WATCH_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets";
 
-function harness(opts: { capacity?: number } = {}) {
+function harness(opts: Partial<Pick<GoRequestsOptions, "capacity" | "onRequest" | "onConnectionLoss" | "onAttached">> = {}) {
   const losses: SocketEvent[] = [];
   const retries: { event: SocketEvent; code: RetryCode }[] = [];
   const forwarded: SocketEvent[] = [];
@@ -203,6 +203,42 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(forwarded.map((e) => [e.cause, e.apiserver]), [["connect_failed", "10.96.0.1:443"]]);
     go.setAttached(PID, false);
     assert.equal(go.offerSocketEvent(socketLoss(50n * MS, "connection_reset"), identity), false, "while its program is not attached, the socket path speaks");
+  });
+
+  it("counts every request to an apiserver, of any method: the writes of a process whose sends the kernel leaves alone", () => {
+    const requests: string[] = [];
+    const { go } = harness({ onRequest: (r) => requests.push(`${r.method} ${r.streamId}`) });
+    feed(go, [
+      ...request(1n * MS, 1, "GET", `${WATCH_PATH}?watch=1`),
+      ...request(2n * MS, 3, "PATCH", STATUS_PATH),
+      ...request(3n * MS, 5, "PUT", STATUS_PATH, { port: 443, addr: "10.1.2.3" }),
+    ]);
+    go.drain(1000n * MS);
+    assert.deepEqual(requests, ["GET 1", "PATCH 3"]);
+  });
+
+  it("tells a clean close with requests unanswered, by who closed; a reset, a timeout or nothing unanswered is not its to count", () => {
+    const reasons: string[] = [];
+    const { go } = harness({ onConnectionLoss: (pid, reason) => reasons.push(`${pid} ${reason}`) });
+    // A watch answered (its stream no longer waits), then one close per state.
+    for (const [i, state] of [8, 4, 7, 0].entries()) {
+      const t = BigInt(i * 100);
+      feed(go, [...request((t + 1n) * MS, 1, "GET", `${WATCH_PATH}?watch=1`), headers((t + 2n) * MS, 1, 200), ...request((t + 3n) * MS, 3, "PATCH", STATUS_PATH), closed((t + 4n) * MS, state)]);
+    }
+    feed(go, [...request(501n * MS, 1, "GET", `${WATCH_PATH}?watch=1`), headers(502n * MS, 1, 200), closed(503n * MS, 8)]);
+    go.drain(1000n * MS);
+    assert.deepEqual(reasons, [`${PID} closed_unanswered`, `${PID} closed_by_client`]);
+  });
+
+  it("says when a process's requests start and stop being read, once per change", () => {
+    const changes: string[] = [];
+    const { go } = harness({ onAttached: (pid, attached) => changes.push(`${pid} ${attached}`) });
+    go.setAttached(PID, true);
+    go.setAttached(PID, true);
+    assert.deepEqual(go.attachedPids(), [PID]);
+    go.forget(PID);
+    go.forget(PID);
+    assert.deepEqual([changes, go.attachedPids()], [[`${PID} true`, `${PID} false`], []]);
   });
 
   it("forgets the requests of a process that is no target any more", () => {

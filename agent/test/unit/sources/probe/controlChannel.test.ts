@@ -23,6 +23,7 @@ function kernelDecode(lengths: number[]): { op: number; a: bigint; b: bigint; c:
 describe("control channel encoding", () => {
   it("carries a pid, and u64 halves of an IPv6 address, intact", () => {
     assert.deepEqual(kernelDecode(encodeControl(ControlOp.addTarget, 4194304n)), { op: 1, a: 4194304n, b: 0n, c: 0n });
+    assert.deepEqual(kernelDecode(encodeControl(ControlOp.requestLevel, 4194304n, 0n, 1n)), { op: 9, a: 4194304n, b: 0n, c: 1n });
     const max = (1n << 64n) - 1n;
     assert.deepEqual(kernelDecode(encodeControl(ControlOp.addEndpoint6, max, 1n, 65535n)), { op: 5, a: max, b: 1n, c: 65535n });
   });

@@ -15,6 +15,11 @@ describe("renderProgram", { timeout: 10_000 }, () => {
       assert.ok(defaultAt !== -1 && renderedAt > defaultAt, begin);
       assert.match(begin, /@targets\[\(uint64\)42\] = 1;/);
     });
+    it(`${variant}: renders a target the Go probe follows as 2, so a restarted probe still leaves its sends alone`, () => {
+      const program = renderProgram(variant, { targets: [42, 43], requestLevel: [43, 99], endpoints: [] });
+      const begin = program.slice(program.indexOf("BEGIN"), program.indexOf("printf(\"hello"));
+      assert.deepEqual(begin.match(/@targets\[.*/g), ["@targets[(uint64)42] = 1;", "@targets[(uint64)43] = 2;"]);
+    });
     it(`${variant}: without a threshold keeps the program's default of 64`, () => {
       const program = renderProgram(variant, { targets: [], endpoints: [] });
       assert.equal(program.match(/@unanswered_min = /g)?.length, 1);
