@@ -171,6 +171,10 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
     const client = new HttpsClient(retransmitter, stack.apiserver.port, 5);
     try {
       await client.watchedBy(stack.agent);
+      // Its series is born at 0 when it becomes a target; rate() sees the
+      // retransmit only if Prometheus scraped that 0 first, and the client's
+      // whole life can fit between two scrapes.
+      await prometheus.waitFor('lostwrite_apiserver_retransmits_total{process="lwc-retrans"}', (s) => s.length > 0, 10_000);
       await client.run("connect");
       const warmUp = await client.run("request GET /version 0");
       assert.equal(warmUp.status, 200);
