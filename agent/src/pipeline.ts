@@ -202,7 +202,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     probeRecords.push(record); // a drop here is counted by the queue; the line is still recorded
     return true;
   });
-  new TargetSync({ targets, kernel: probe, admission, forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
+  new TargetSync({ targets, kernel: probe, admission, syscallCounterKeys: (pid) => judged.counters.syscallKeysOf(pid), forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
   endpoints.onChange((key, present) => probe.setEndpoint(key, present));
   if (goProbes) targets.onChange((changes) => goProbes.onTargets(changes));
   http.readyWhen(() =>

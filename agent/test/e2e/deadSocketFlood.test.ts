@@ -6,7 +6,7 @@
 // nothing of the flood has to cross to user space.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import type net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -116,5 +116,28 @@ describe("a flood of failed sends into one dead connection, on the real kernel",
     assert.ok(agentCpu < 0.1, `agent used ${(agentCpu * 100).toFixed(1)} % of a core during the flood`);
     assert.ok(probeCpu < 0.05, `bpftrace used ${(probeCpu * 100).toFixed(1)} % of a core during the flood`);
     assert.ok(rssGrowth < 32 * 2 ** 20, `agent RSS grew by ${(rssGrowth / 2 ** 20).toFixed(1)} MiB`);
+
+    // The client has exited: after one more print the kernel forgets its
+    // failed-send entries (keyed pid, syscall, errno: deleted one by one), so
+    // they take no room in the map, and the counter stays exact.
+    assert.ok(failedSendPids(probePid).includes(child.pid!), "the kernel map held the client's failures");
+    await waitFor("the kernel to forget the exited client's failed sends", () => !failedSendPids(probePid).includes(child.pid!), 15_000);
+    await new Promise((r) => setTimeout(r, 1500)); // another print: nothing is counted twice
+    assert.equal(await counted(), failed, "the counter after the kernel forgot the entries");
   });
 });
+
+/** The pids with an entry in the probe's @failed_sends map in the kernel (bpftool; keys start with the pid, little-endian u64). */
+function failedSendPids(probePid: number): number[] {
+  const ids = readdirSync(`/proc/${probePid}/fdinfo`).flatMap((fd) => {
+    const id = /^map_id:\s+(\d+)$/m.exec(readFileSync(`/proc/${probePid}/fdinfo/${fd}`, "utf8"))?.[1];
+    return id === undefined ? [] : [id];
+  });
+  for (const id of ids) {
+    const map = JSON.parse(execFileSync("bpftool", ["map", "show", "id", id, "-j"], { encoding: "utf8" })) as { name?: string };
+    if (map.name !== "AT_failed_sends") continue;
+    const entries = JSON.parse(execFileSync("bpftool", ["map", "dump", "id", id, "-j"], { encoding: "utf8" })) as { key: string[] }[];
+    return entries.map((entry) => Number(Buffer.from(entry.key.slice(0, 8).map((byte) => Number(byte))).readBigUInt64LE()));
+  }
+  throw new Error(`bpftrace ${probePid} holds no AT_failed_sends map`);
+}

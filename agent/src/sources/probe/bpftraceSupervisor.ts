@@ -16,7 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import { execa, type ResultPromise } from "execa";
 import type { AgentMetrics, ProbeRestartReason } from "../../sinks/metrics.ts";
-import { ControlChannel, ControlOp, encodeControl, endpointMessage } from "./controlChannel.ts";
+import { ControlChannel, ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage, type SyscallCounterKey } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
@@ -165,8 +165,13 @@ export class BpftraceSupervisor {
     await this.sendConfirmed(encodeControl(ControlOp.removeTarget, BigInt(pid)));
   }
 
-  async forgetCounters(pid: number): Promise<void> {
-    await this.sendConfirmed(encodeControl(ControlOp.forgetCounters, BigInt(pid)));
+  /**
+   * Deletes a pid's counters in the kernel: the maps keyed on the pid alone
+   * by pid, the ones keyed longer (@transient, @failed_sends) entry by entry,
+   * `keyed` naming them, as bpftrace cannot delete by a part of a key.
+   */
+  async forgetCounters(pid: number, keyed: readonly SyscallCounterKey[] = []): Promise<void> {
+    await this.sendConfirmed([...encodeControl(ControlOp.forgetCounters, BigInt(pid)), ...keyed.flatMap(forgetSyscallCounterMessage)]);
   }
 
   /** The target's requests are read by the Go probe (true) or no longer (false); see REQUEST-LEVEL TARGETS in the probe. */

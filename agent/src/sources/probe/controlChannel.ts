@@ -17,6 +17,8 @@ export const ControlOp = {
   ack: 8,
   /** c = 1: the target's requests are read by the Go probe, its sends are left alone; c = 0: no longer. */
   requestLevel: 9,
+  forgetTransient: 10,
+  forgetFailedSends: 11,
 } as const;
 export type ControlOp = (typeof ControlOp)[keyof typeof ControlOp];
 
@@ -37,6 +39,21 @@ function words(value: bigint, count: number): number[] {
 /** The datagram lengths that carry one control message. */
 export function encodeControl(op: ControlOp, a: bigint, b = 0n, c = 0n): number[] {
   return [OP_BASE + op, ...words(a, 6), ...words(b, 6), ...words(c, 2)];
+}
+
+/** A counter entry keyed pid, syscall number, errno: what ops 9 and 10 delete. */
+export interface SyscallCounterKey {
+  map: "transient" | "failedSends";
+  pid: number;
+  /** The syscall number; -1 where the probe could not read it. */
+  nr: number;
+  errno: number;
+}
+
+/** Deletes one @transient or @failed_sends entry; the syscall number goes as 64 bits, two's complement. */
+export function forgetSyscallCounterMessage(key: SyscallCounterKey): number[] {
+  const op = key.map === "transient" ? ControlOp.forgetTransient : ControlOp.forgetFailedSends;
+  return encodeControl(op, BigInt(key.pid), BigInt.asUintN(64, BigInt(key.nr)), BigInt(key.errno));
 }
 
 export function endpointMessage(add: boolean, key: EndpointKey): number[] {

@@ -2,6 +2,14 @@
 // counters must never go back, across bpftrace restarts too, so the agent
 // adds only the growth since the last print of the same bpftrace instance.
 
+import type { SyscallCounterKey } from "./controlChannel.ts";
+
+/** "map/k1,k2,…" → map and key. */
+function splitId(id: string): [string, number[]] {
+  const slash = id.indexOf("/");
+  return [id.slice(0, slash), id.slice(slash + 1).split(",").map(Number)];
+}
+
 export class CounterDeltas {
   private last = new Map<string, bigint>();
   private readonly capacity: number;
@@ -34,15 +42,25 @@ export class CounterDeltas {
   }
 
   /**
-   * The kernel deleted this pid's counters: forget their baselines too. Only
-   * the maps keyed on the pid alone: bpftrace cannot delete the entries of a
-   * pid in a map with a longer key (@transient, @failed_sends), which keep
-   * their values, so their baselines must stay or the next print would count
-   * them again.
+   * The entries of `pid` in the maps keyed pid, syscall number, errno: the
+   * kernel deletes those one by one (bpftrace cannot delete by a part of a
+   * key), so the agent names each one it has seen printed.
    */
+  syscallKeysOf(pid: number): SyscallCounterKey[] {
+    const keys: SyscallCounterKey[] = [];
+    for (const id of this.last.keys()) {
+      const [map, key] = splitId(id);
+      if ((map === "transient" || map === "failedSends") && key[0] === pid && key.length === 3) {
+        keys.push({ map, pid, nr: key[1]!, errno: key[2]! });
+      }
+    }
+    return keys;
+  }
+
+  /** The kernel deleted this pid's counters (all of them, syscallKeysOf's too): forget their baselines. */
   forget(pid: number): void {
     for (const id of this.last.keys()) {
-      if (id.slice(id.indexOf("/") + 1) === String(pid)) this.last.delete(id);
+      if (splitId(id)[1][0] === pid) this.last.delete(id);
     }
   }
 }

@@ -3,6 +3,7 @@
 // target removed stops being traced, its final counters are read, then the
 // kernel forgets them; a pod with no target left loses its series.
 import type { Logger } from "../../sinks/log.ts";
+import type { SyscallCounterKey } from "../probe/controlChannel.ts";
 import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../sinks/lossMetrics.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
 import type { ExecAdmission } from "./execAdmission.ts";
@@ -12,13 +13,15 @@ import type { TargetChanges, TargetWatcher } from "./targetWatcher.ts";
 export interface KernelTargets {
   addTarget(pid: number): Promise<void>;
   removeTarget(pid: number): Promise<void>;
-  forgetCounters(pid: number): Promise<void>;
+  forgetCounters(pid: number, keyed: readonly SyscallCounterKey[]): Promise<void>;
 }
 
 export interface TargetSyncOptions {
   targets: TargetWatcher;
   kernel: KernelTargets;
   admission: ExecAdmission;
+  /** The pid's entries in the counter maps keyed longer than the pid, as printed so far. */
+  syscallCounterKeys: (pid: number) => SyscallCounterKey[];
   /** Forgets a pid's counter baselines once the kernel has. */
   forgetBaselines: (pid: number) => void;
   metrics: AgentMetrics;
@@ -68,7 +71,7 @@ export class TargetSync {
     const { kernel, log } = this.opts;
     setTimeout(() => {
       for (const pid of pids) {
-        kernel.forgetCounters(pid).then(
+        kernel.forgetCounters(pid, this.opts.syscallCounterKeys(pid)).then(
           () => this.opts.forgetBaselines(pid),
           (err: unknown) => log.warnRateLimited("forget-counters", "probe did not forget a removed target's counters", { error: String(err) }),
         );

@@ -1,5 +1,5 @@
 // What a real-kernel e2e test needs: root (bpftrace loads BPF programs),
-// bpftrace on PATH, tracefs mounted. Elsewhere such a test skips with the
+// bpftrace and bpftool on PATH, tracefs mounted. Elsewhere such a test skips with the
 // reason; under CI=true it fails with it, so CI never passes by skipping.
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -12,6 +12,11 @@ export function missingKernelRequirements(): string[] {
     execFileSync("bpftrace", ["--version"], { stdio: "ignore" });
   } catch {
     missing.push("bpftrace not on PATH (apt-get install bpftrace)");
+  }
+  try {
+    execFileSync("bpftool", ["version"], { stdio: "ignore" });
+  } catch {
+    missing.push("bpftool not on PATH (apt-get install bpftool: tests read the probe's maps in the kernel)");
   }
   if (!existsSync("/sys/kernel/tracing/events")) missing.push("tracefs not mounted (mount -t tracefs nodev /sys/kernel/tracing)");
   if (!existsSync("/usr/bin/python3") && !existsSync("/usr/local/bin/python3")) {

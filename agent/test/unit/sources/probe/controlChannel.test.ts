@@ -2,7 +2,7 @@
 // accumulates them: op, then 6+6+2 words of 12 bits, most significant first.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { ControlOp, encodeControl, endpointMessage } from "../../../../src/sources/probe/controlChannel.ts";
+import { ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage } from "../../../../src/sources/probe/controlChannel.ts";
 import { endpointKey, kernelKeys, parseEndpoint } from "../../../../src/sources/probe/endpointKey.ts";
 
 /** The probe's accumulator, written again in TypeScript. */
@@ -21,6 +21,14 @@ function kernelDecode(lengths: number[]): { op: number; a: bigint; b: bigint; c:
 }
 
 describe("control channel encoding", () => {
+  it("names a failed-send or transient entry whole: pid, syscall number as 64 bits (-1 too), errno", () => {
+    const decoded = kernelDecode(forgetSyscallCounterMessage({ map: "failedSends", pid: 4242, nr: -1, errno: 104 }));
+    assert.deepEqual(decoded, { op: 11, a: 4242n, b: (1n << 64n) - 1n, c: 104n });
+    // The probe casts b to int64, as the map's key holds the syscall number.
+    assert.equal(BigInt.asIntN(64, decoded.b), -1n);
+    assert.deepEqual(kernelDecode(forgetSyscallCounterMessage({ map: "transient", pid: 7, nr: 44, errno: 11 })), { op: 10, a: 7n, b: 44n, c: 11n });
+  });
+
   it("carries a pid, and u64 halves of an IPv6 address, intact", () => {
     assert.deepEqual(kernelDecode(encodeControl(ControlOp.addTarget, 4194304n)), { op: 1, a: 4194304n, b: 0n, c: 0n });
     assert.deepEqual(kernelDecode(encodeControl(ControlOp.requestLevel, 4194304n, 0n, 1n)), { op: 9, a: 4194304n, b: 0n, c: 1n });

@@ -2,7 +2,6 @@
 // lost, an idle death, or a normal close.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { CounterDeltas } from "../../../../src/sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "../../../../src/sources/probe/probeOutput.ts";
 import { errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts";
 
@@ -62,32 +61,5 @@ describe("judge", () => {
     assert.deepEqual([closedThenReset.event.cause, closedThenReset.event.errno, closedThenReset.connectionLoss], ["connection_closed_unanswered", null, "closed_unanswered"]);
     // The client closing an idle connection is normal.
     assert.deepEqual(judge(close({ closedBy: 1, unansweredBytes: 40 }), opts), { kind: "none" });
-  });
-});
-
-describe("CounterDeltas", () => {
-  it("adds only growth, survives a new bpftrace instance, and forgets a pid", () => {
-    const deltas = new CounterDeltas();
-    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 5n }]), [{ key: [1], delta: 5n }]);
-    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 8n }]), [{ key: [1], delta: 3n }]);
-    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 8n }]), []);
-    deltas.reset();
-    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 2n }]), [{ key: [1], delta: 2n }]);
-    deltas.forget(1);
-    assert.deepEqual(deltas.update("writes", [{ key: [1], value: 1n }]), [{ key: [1], delta: 1n }]);
-  });
-
-  it("keeps the baselines of maps keyed on more than the pid, which the kernel cannot forget", () => {
-    const deltas = new CounterDeltas();
-    deltas.update("failedSends", [{ key: [1, 44, 32], value: 20_000n }]);
-    deltas.forget(1);
-    // The kernel still holds 20 000 for this key: only the growth is new.
-    assert.deepEqual(deltas.update("failedSends", [{ key: [1, 44, 32], value: 20_003n }]), [{ key: [1, 44, 32], delta: 3n }]);
-  });
-
-  it("is bounded and counts what it could not track", () => {
-    const deltas = new CounterDeltas(2);
-    deltas.update("writes", [1, 2, 3].map((pid) => ({ key: [pid], value: 1n })));
-    assert.equal(deltas.dropped, 1);
   });
 });
