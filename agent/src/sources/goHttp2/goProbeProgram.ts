@@ -93,23 +93,28 @@ const PATH = `
 			printf("go_path %d %llu %d %s\\n", pid, $cs, $last, str($path + $last, $pathLen - $last));
 		}`;
 
-/** What each probed function reads; `$cc` etc. are bpftrace variables. */
+/**
+ * What each probed function reads; `$cc` etc. are bpftrace variables. What
+ * is kept between probes (per goroutine, per connection) is keyed by pid as
+ * well: the processes of one binary (an operator's replicas on one node)
+ * allocate alike, so their goroutines and connections share addresses.
+ */
 const BODIES: Record<Http2Function, string> = {
   // (*clientStream).writeRequest(cs, req): this goroutine writes req on cs now.
   writeRequest: `
-	@go_req[reg("r14")] = reg("bx");
-	@go_cs[reg("r14")] = reg("ax");`,
+	@go_req[pid, reg("r14")] = reg("bx");
+	@go_cs[pid, reg("r14")] = reg("ax");`,
   // (*ClientConn).writeHeaders(cc, streamID, endStream, …), on the goroutine
   // of writeRequest: the request got its stream id. Later calls (trailers)
   // find nothing remembered. http.Request: Method (a string) at +0, URL at
   // +16; url.URL.Path at +56.
   writeHeaders: `
 	$g = reg("r14");
-	$req = @go_req[$g];
+	$req = @go_req[pid, $g];
 	if ($req != 0) {
-		$cs = @go_cs[$g];
-		delete(@go_req[$g]);
-		delete(@go_cs[$g]);
+		$cs = @go_cs[pid, $g];
+		delete(@go_req[pid, $g]);
+		delete(@go_cs[pid, $g]);
 		$cc = reg("ax");
 		$id = reg("bx") & 0xffffffff;
 		$method = *(uint64 *)$req;
@@ -119,7 +124,7 @@ const BODIES: Record<Http2Function, string> = {
 		$pathLen = *(uint64 *)($url + 64);${SOCKET}${PEER_OF_SOCKET}
 		// Kept for the connection's end, when its descriptor may be closed already.
 		if ((uint64)$sk != 0) {
-			@go_conn_sk[$cc] = (uint64)$sk;
+			@go_conn_sk[pid, $cc] = (uint64)$sk;
 		}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}
 	}`,
   // (*clientConnReadLoop).processHeaders(rl, f *MetaHeadersFrame): rl.cc at
@@ -154,9 +159,9 @@ const BODIES: Record<Http2Function, string> = {
   cleanup: `
 	$cc = *(uint64 *)reg("ax");${SOCKET}
 		if ((uint64)$sk == 0) {
-			$sk = (struct sock *)@go_conn_sk[$cc];
+			$sk = (struct sock *)@go_conn_sk[pid, $cc];
 		}
-		delete(@go_conn_sk[$cc]);${PEER_OF_SOCKET}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
+		delete(@go_conn_sk[pid, $cc]);${PEER_OF_SOCKET}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
   // (*clientStream).abortStream(cs, err): cs.cc at +0.
   abortStream: `
 	printf("go_abort %llu %d %d %llu %llu\\n", nsecs, pid, tid, *(uint64 *)reg("ax"), reg("ax"));`,

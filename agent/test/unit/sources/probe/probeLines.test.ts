@@ -212,6 +212,12 @@ void describe("the generated Go HTTP/2 program", () => {
     assert.doesNotMatch(text, /uretprobe/, "never a return probe on Go code");
   });
 
+  void it("keys what it keeps between probes by pid too: two processes of one binary share heap addresses", () => {
+    const uses = [...text.matchAll(/@go_\w+\[([^\]]*)\]/g)];
+    assert.ok(uses.length >= 6, `the program keeps state: ${uses.length} uses`);
+    for (const [use, key] of uses) assert.match(key!, /^pid, /, use);
+  });
+
   void it("refuses targets it cannot express, naming the value", () => {
     assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [] }), /1\.\.64 pids, got 0/);
     assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [-1] }), /positive integer, got -1/);
