@@ -81,10 +81,10 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  async function startOperator(binary: string, family: "xnet" | "std", namespace: string): Promise<Operator> {
+  async function startOperator(binary: string, family: "xnet" | "std", namespace: string, timeout = WRITE_TIMEOUT): Promise<Operator> {
     const child = spawn(binary, [
       "--server", api.url, "--namespace", namespace, "--mode", "swallow", "--family", family,
-      "--timeout", WRITE_TIMEOUT, "--otlp", `http://127.0.0.1:${agent.otlpPort}`,
+      "--timeout", timeout, "--otlp", `http://127.0.0.1:${agent.otlpPort}`,
     ], { stdio: ["ignore", "pipe", "inherit"] });
     const pid = child.pid!;
     const stop = async (): Promise<void> => {
@@ -229,6 +229,27 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       assert.equal(requests, 5, `five status PATCHes and nothing else: ${api.requestsSeen().slice(-requests).join(", ")}`);
       assert.equal((await writes()) - writesBefore, requests);
     } finally {
+      await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("a write answered while its binary's program restarts (a replica started) is no loss when its connection later closes", async () => {
+    const op = await startOperator(binaries.stripped, "xnet", "replica-a", "10s");
+    let replica: Operator | null = null;
+    try {
+      // Answered 1 s after it is sent: the replica starts meanwhile, and the
+      // program following both is restarted, so the answer falls in the gap.
+      const slow = statusWrite(op, { action: "delay", for: 1000 });
+      await waitFor("the slow write to be sent", () => api.requestsSeen().some((r) => r.startsWith(`PATCH ${slow.path}`)), 10_000);
+      replica = await startOperator(binaries.stripped, "xnet", "replica-b", "10s");
+      assert.ok(loggedFor(agentLog, "Go probe detached", op.pid), "the program following the first was restarted");
+      await waitFor("the slow write to land", () => landed(op, slow.name), 10_000);
+      // The connection's end: the server closes it on the next write.
+      const closed = statusWrite(op, { action: "close" });
+      await oneLoss(op, closed.path, closed.name);
+      assert.deepEqual(eventsFor(slow.path), [], "the answered write is no loss");
+    } finally {
+      await replica?.stop().catch((error: unknown) => console.error(String(error)));
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }
   });

@@ -185,7 +185,8 @@ export class GoProbes {
         flags: ["--unsafe"],
         env: GO_PROBE_ENV,
         up: (attached) => {
-          for (const pid of pids) this.#o.requests.setAttached(pid, attached && binary.pids.has(pid));
+          const atNs = this.#o.nowNs();
+          for (const pid of pids) this.#o.requests.setAttached(pid, attached && binary.pids.has(pid), atNs);
         },
         restarted: (reason) => this.#o.metrics.goProbeRestarts.inc({ reason }),
       },

@@ -104,6 +104,7 @@ export interface GoRequestsOptions {
 type Queued = { ts: bigint } & (
   | { kind: "go"; record: Exclude<GoRecord, PrintfRecordOf<"go_path">>; request?: GoRequest }
   | { kind: "socket"; event: SocketEvent; identity: ProcessIdentity }
+  | { kind: "detached"; pid: number }
 );
 
 interface Assembling {
@@ -159,11 +160,18 @@ export class GoRequests {
     };
   }
 
-  /** The Go program of `pid` attached (true) or went away (false). */
-  setAttached(pid: number, attached: boolean): void {
+  /**
+   * The Go program of `pid` attached (true) or went away (false) at kernel
+   * time `atNs`. Gone, it leaves the requests it was following undecided:
+   * their answers may come while no program reads them, so once the lines it
+   * printed before `atNs` are applied, they are dropped, not judged by a
+   * connection end seen later (which would make each a false loss).
+   */
+  setAttached(pid: number, attached: boolean, atNs?: bigint): void {
     if (attached === this.#attached.has(pid)) return;
     if (attached) this.#attached.add(pid);
     else this.#attached.delete(pid);
+    if (!attached && atNs !== undefined) this.#enqueue({ ts: atNs, kind: "detached", pid });
     this.#o.onAttached(pid, attached);
   }
 
@@ -175,11 +183,16 @@ export class GoRequests {
   /** The process is no target any more: its requests in flight are not followed further. */
   forget(pid: number): void {
     this.setAttached(pid, false);
+    this.#unfollow(pid);
+  }
+
+  #unfollow(pid: number): void {
     for (const [key, conn] of this.#conns) {
       if (!key.startsWith(`${pid}|`)) continue;
       for (const id of [...conn.streams.keys()]) this.#take(key, id);
       this.#conns.delete(key);
     }
+    for (const key of this.#assembling.keys()) if (key.startsWith(`${pid}|`)) this.#assembling.delete(key);
   }
 
   /** A line of a Go program. */
@@ -273,6 +286,7 @@ export class GoRequests {
   }
 
   #apply(entry: Queued): void {
+    if (entry.kind === "detached") return this.#unfollow(entry.pid);
     if (entry.kind === "socket") {
       if (!this.#speaksFor(entry.event)) this.#o.forward(entry.event, entry.identity);
       return;

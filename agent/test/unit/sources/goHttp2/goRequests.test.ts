@@ -241,6 +241,21 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual([changes, go.attachedPids()], [[`${PID} true`, `${PID} false`], []]);
   });
 
+  it("drops the requests followed when its program went away: their answers may have come unseen, a later connection end must not lose them", () => {
+    const { go, losses } = harness();
+    go.setAttached(PID, true);
+    // Followed, then the program restarts (another replica of its binary came): the answer falls in the gap.
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), ...request(2n * MS, 5, "PATCH", STATUS_PATH)]);
+    feed(go, [headers(3n * MS, 5, 200)]); // printed before the program went away: still applied
+    go.setAttached(PID, false, 4n * MS);
+    go.setAttached(PID, true);
+    // The new program follows a new request; then the connection ends.
+    feed(go, [...request(900n * MS, 7, "PATCH", STATUS_PATH), closed(1000n * MS, 8)]);
+    go.drain(2000n * MS);
+    assert.deepEqual(losses.map((l) => l.request?.streamId), [7]);
+    assert.equal(go.size.requests, 0);
+  });
+
   it("forgets the requests of a process that is no target any more", () => {
     const { go, losses } = harness();
     feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH)]);
