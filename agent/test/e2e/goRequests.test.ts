@@ -228,6 +228,16 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       const requests = requestsTo() - requestsBefore;
       assert.equal(requests, 5, `five status PATCHes and nothing else: ${api.requestsSeen().slice(-requests).join(", ")}`);
       assert.equal((await writes()) - writesBefore, requests);
+
+      // Its connections are still followed in the kernel, also one opened
+      // after it was marked, which no send of it introduces: learned at connect.
+      const resets = (): Promise<number> => agent.metric("lostwrite_apiserver_connection_losses_total", { process: "go-operator", reason: "reset" });
+      const first = statusWrite(op, { action: "reset" });
+      await oneLoss(op, first.path, first.name);
+      const resetsBefore = await resets();
+      const second = statusWrite(op, { action: "reset" }); // on the connection Go opened after the first reset
+      await oneLoss(op, second.path, second.name);
+      assert.equal((await resets()) - resetsBefore, 1, "the reset of a connection opened while the kernel left its sends alone");
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }
