@@ -3,7 +3,7 @@
 // pipeline.ts lists them in start order.
 import type http from "node:http";
 import type { Config } from "./config.ts";
-import type { Correlator } from "./correlate/correlator.ts";
+import { CORRELATOR_TICK_MS, type Correlator } from "./correlate/correlator.ts";
 import type { MonotonicClock } from "./correlate/monotonicClock.ts";
 import type { HostPort } from "./hostPort.ts";
 import type { LossEvent } from "./model.ts";
@@ -230,7 +230,7 @@ export async function kubernetesTargets(config: Config, metrics: AgentMetrics, l
  * (measured with a 250 ms tick: window + 77 ms median, + 266 ms at worst);
  * an idle tick costs next to nothing.
  */
-export function correlatorStage(correlator: Correlator, tickMs = 25): Stage {
+export function correlatorStage(correlator: Correlator, tickMs = CORRELATOR_TICK_MS): Stage {
   let stopTicking = (): void => {};
   return {
     name: "correlator",

@@ -14,6 +14,7 @@ import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { errnoName, judge } from "./sources/probe/socketEvents.ts";
 import { syscallName } from "./vocabulary/syscalls.ts";
+import { GoRequests, type GoRequest } from "./sources/goHttp2/goRequests.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
 
 export interface LossStagesOptions {
@@ -154,6 +155,43 @@ export function buildLossStages(opts: LossStagesOptions) {
     correlator,
     counters,
   };
+}
+
+export type LossStages = ReturnType<typeof buildLossStages>;
+
+export interface GoRequestWiring {
+  isApiserver: IsApiserver;
+  /** The kernel leaves followed processes' sends alone (sockets variant): their writes and clean closes are counted from their requests. */
+  requestLevelSends: boolean;
+  /** Besides telling the correlator: a followed process's program attached or went away. */
+  onAttached?: (pid: number, attached: boolean) => void;
+  onDrop: (reason: "capacity") => void;
+}
+
+/**
+ * The Go HTTP/2 requests path, wired into the loss stages as the live agent
+ * and `lostwrite replay` both wire it. The stages must offer it their socket
+ * events (`claimSocketEvent: (event, identity) => requests.offerSocketEvent(event, identity)`).
+ */
+export function followGoRequests(judged: LossStages, wiring: GoRequestWiring): GoRequests {
+  return new GoRequests({
+    isApiserver: wiring.isApiserver,
+    onLoss: (event) => judged.addRequestLoss(event),
+    onRetry: (event, code) => judged.addRequestRetry(event, code),
+    onAnswered: (event) => judged.addRequestAnswer(event),
+    onAttached: (pid, attached) => {
+      if (attached) judged.noteRequestLevel(pid);
+      wiring.onAttached?.(pid, attached);
+    },
+    ...(wiring.requestLevelSends
+      ? {
+          onRequest: (request: GoRequest) => judged.countRequest(request.pid),
+          onConnectionLoss: (pid: number, reason: ConnectionLossReason) => judged.addRequestConnectionLoss(pid, reason),
+        }
+      : {}),
+    forward: (event, identity) => judged.addSocketEvent(event, identity),
+    onDrop: wiring.onDrop,
+  });
 }
 
 function configuredApiserver(config: Config): IsApiserver {

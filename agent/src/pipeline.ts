@@ -24,8 +24,8 @@ import { BoundedQueue } from "./boundedQueue.ts";
 import type { Config } from "./config.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { parseHostPort, type HostPort } from "./hostPort.ts";
-import { buildLossStages } from "./lossStages.ts";
-import type { ConnectionLossReason, LossEvent } from "./model.ts";
+import { buildLossStages, followGoRequests } from "./lossStages.ts";
+import type { LossEvent } from "./model.ts";
 import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
 import { startStages, stage, type LossSink, type Stage } from "./stage.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
@@ -33,7 +33,6 @@ import { AgentMetrics } from "./sinks/metrics.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { GoProbes } from "./sources/goHttp2/goProbes.ts";
-import { GoRequests, type GoRequest } from "./sources/goHttp2/goRequests.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
@@ -123,24 +122,6 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   // counted per request, and their clean closes with requests unanswered are
   // told by this path.
   const requestLevelSends = variant === "sockets";
-  const goRequests = new GoRequests({
-    isApiserver,
-    onLoss: (event) => judged.addRequestLoss(event),
-    onRetry: (event, code) => judged.addRequestRetry(event, code),
-    onAnswered: (event) => judged.addRequestAnswer(event),
-    onAttached: (pid, attached) => {
-      if (attached) judged.noteRequestLevel(pid);
-      if (requestLevelSends) void probe.setRequestLevel(pid, attached);
-    },
-    ...(requestLevelSends
-      ? {
-          onRequest: (request: GoRequest) => judged.countRequest(request.pid),
-          onConnectionLoss: (pid: number, reason: ConnectionLossReason) => judged.addRequestConnectionLoss(pid, reason),
-        }
-      : {}),
-    forward: (event, identity) => judged.addSocketEvent(event, identity),
-    onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
-  });
   const judged = buildLossStages({
     config,
     metrics,
@@ -151,6 +132,15 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       for (const sink of sinks) sink.publish(event);
     },
     claimSocketEvent: config["go-probes"] ? (event, identity) => goRequests.offerSocketEvent(event, identity) : undefined,
+  });
+  const goRequests = followGoRequests(judged, {
+    isApiserver,
+    requestLevelSends,
+    onAttached: (pid, attached) => {
+      recorder?.goAttached(pid, attached);
+      if (requestLevelSends) void probe.setRequestLevel(pid, attached);
+    },
+    onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
   });
   // bpftrace output is read as fast as it comes; the queues absorb bursts.
   const probeRecords = new BoundedQueue<ProbeRecord>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
@@ -192,6 +182,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         log,
         // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
         nowNs: () => process.hrtime.bigint(),
+        ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}),
       })
     : null;
 

@@ -1,24 +1,57 @@
 // `lostwrite replay FILE`: the loss stages of the live agent fed from a
 // --record file instead of bpftrace and the OTLP port. No root, no bpftrace,
 // no network. Time is the recording's: the correlator's clock advances with
-// the records' CLOCK_MONOTONIC stamps and ticks every 250 ms of recorded time,
-// as the live agent's does, so a recording replays to the same events.
+// the records' CLOCK_MONOTONIC stamps and ticks every 25 ms of recorded time,
+// as the live agent's does while a loss waits, so a recording replays to the
+// same events in the same order. Go programs' lines and attachments are
+// replayed through the same request path as live.
 import { loadConfig } from "./config.ts";
+import { CORRELATOR_TICK_MS } from "./correlate/correlator.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import type { LossEvent } from "./model.ts";
-import { buildLossStages } from "./lossStages.ts";
+import { formatHostPort } from "./hostPort.ts";
+import { buildLossStages, followGoRequests } from "./lossStages.ts";
+import { isGoRecord } from "./sources/goHttp2/goRequests.ts";
+import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { parseProbeLine } from "./sources/probe/probeOutput.ts";
 import { openRecordReader } from "./sources/record/reader.ts";
 import { decodeTraceBody } from "./sources/spans/spanIntake.ts";
 import { formatEventLine, shouldColor } from "./tail.ts";
 
-const TICK_NS = 250_000_000n;
+/** The live correlator's tick while losses wait, in recorded time: windows close in the same order. */
+const TICK_NS = BigInt(CORRELATOR_TICK_MS) * 1_000_000n;
 
 export interface ReplayOptions {
   json: boolean;
   out: NodeJS.WritableStream;
   err?: NodeJS.WritableStream;
+}
+
+/**
+ * The apiservers of a recording: the configured ones, and every peer its
+ * socket probe printed (that probe prints nothing else), so that replay
+ * follows the Go requests to them, as the live agent did. An endpoint
+ * discovered in Kubernetes that no socket line names is not known here.
+ */
+async function recordedApiservers(file: string, configured: unknown): Promise<Set<string>> {
+  const known = new Set<string>();
+  for (const value of Array.isArray(configured) ? configured : []) {
+    try {
+      known.add(parseEndpoint(String(value)).text);
+    } catch {
+      // reported by the live agent when it started; nothing to follow here
+    }
+  }
+  const reader = await openRecordReader(file, { onBadRecord: () => {} });
+  for await (const record of reader.records()) {
+    if (record.kind !== "probe") continue;
+    const parsed = parseProbeLine(record.line);
+    if (parsed.ok && "addr" in parsed.record && "port" in parsed.record && !isGoRecord(parsed.record)) {
+      known.add(formatHostPort(parsed.record.addr, parsed.record.port));
+    }
+  }
+  return known;
 }
 
 /** Loss events of a recording, in the order the live agent would emit them. */
@@ -49,6 +82,8 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   // When each pid was first seen: the live agent made it a target about then.
   const firstSeenMs = new Map<number, number>();
   const events: LossEvent[] = [];
+  const apiservers = await recordedApiservers(file, recorded.apiserver);
+  const isApiserver = (host: string, port: number): boolean => apiservers.has(formatHostPort(host, port));
   const stages = buildLossStages({
     config,
     metrics: new AgentMetrics(),
@@ -60,21 +95,36 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       return { comm, nsPids: [pid], sinceMs: firstSeenMs.get(pid) ?? 0, identity: { pid, process: comm, namespace: "", pod: "", container: "", controller: "" } };
     },
     emit: (event) => events.push(event),
+    isApiserver,
+    claimSocketEvent: (event, identity) => goRequests.offerSocketEvent(event, identity),
   });
+  // Go requests as the live agent followed them: its programs' lines and when each attached.
+  const goRequests = followGoRequests(stages, { isApiserver, requestLevelSends: false, onDrop: () => {} });
 
   let nextTick = nowNs + TICK_NS;
   const advanceTo = (t: bigint): void => {
     while (nextTick <= t) {
       nowNs = nextTick;
+      goRequests.drain(nowNs);
       stages.correlator.tick();
       nextTick += TICK_NS;
     }
     nowNs = t;
+    goRequests.drain(nowNs);
   };
 
   for await (const record of reader.records()) {
     advanceTo(record.t);
     if (record.kind === "clock") continue; // the live agent's correlator saw the offset it had when the spans came
+    if (record.kind === "goAttached") {
+      goRequests.setAttached(record.pid, record.attached, record.t);
+      continue;
+    }
+    if (record.kind === "goProbe") {
+      const parsed = parseProbeLine(record.line);
+      if (parsed.ok && isGoRecord(parsed.record)) goRequests.add(parsed.record);
+      continue;
+    }
     if (record.kind === "probe") {
       const parsed = parseProbeLine(record.line);
       if (!parsed.ok) continue;
@@ -93,6 +143,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       }
     }
   }
+  goRequests.flush();
   stages.correlator.flush();
   return { events, badRecords: reader.badRecords };
 }

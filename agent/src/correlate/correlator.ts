@@ -50,6 +50,9 @@ import {
 import { startAdaptiveTicker } from "../adaptiveTicker.ts";
 import { formatHostPort } from "../hostPort.ts";
 
+
+/** How often the live agent's correlator ticks while a loss waits (and replay, in recorded time): when windows close. */
+export const CORRELATOR_TICK_MS = 25;
 export interface LossMeta {
   /** CLOCK_MONOTONIC ns of the kernel failure; null for a loss seen only in a span. */
   kernelTimeNs: bigint | null;

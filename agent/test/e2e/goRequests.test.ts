@@ -9,7 +9,7 @@
 // client-go configures it, and net/http's bundled copy), stripped and not,
 // and the real, stripped kubectl of this machine (Go 1.23, x/net 0.30).
 import assert from "node:assert/strict";
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -19,6 +19,7 @@ import type { RuleInput } from "../../../testbed/apiserver/scenario.ts";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
+import { repoPath } from "../repoPath.ts";
 import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
@@ -262,6 +263,40 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       await replica?.stop().catch((error: unknown) => console.error(String(error)));
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }
+  });
+
+  it("--record, then replay: a Go operator's session replays to the same events, requests and all", async () => {
+    const recording = path.join(dir, "go-session.jsonl");
+    const recorder = await startAgentProcess([
+      "--target-comm", "^go-operator$", "--apiserver", `127.0.0.1:${api.port}`,
+      "--correlation-window", RETRY_WAIT, "--span-grace", "0s", "--record", recording,
+    ]);
+    const recorderLog = followLog(recorder.child);
+    try {
+      const op = await startOperator(binaries.stripped, "xnet", "recorded");
+      try {
+        await waitFor("the recording agent's Go probe to attach", () => loggedFor(recorderLog, "Go probe attached", op.pid), 30_000);
+        for (const rule of [{ action: "reset" }, { action: "status", code: 409 }, { action: "close" }] as const) {
+          const write = statusWrite(op, rule);
+          await waitFor(`the recording agent to report ${write.path} (${rule.action})`, () => recorder.events.some((e) => e.request?.path === write.path), 20_000);
+        }
+        await sleep(2500); // nothing more is coming
+      } finally {
+        await op.stop().catch((error: unknown) => console.error(String(error)));
+      }
+    } finally {
+      await recorder.stop();
+    }
+    const live = recorder.events.map((e) => JSON.stringify(e));
+    assert.ok(recorder.events.filter((e) => e.request !== null).length >= 3, `request-level events: ${live.join("\n")}`);
+    const replayed = execFileSync(repoPath("node_modules/.bin/node"), [repoPath("agent/src/cli.ts"), "replay", "--json", recording], {
+      encoding: "utf8",
+      env: { ...process.env, PATH: "/usr/bin:/bin" },
+    })
+      .split("\n")
+      .filter(Boolean);
+    if (process.env.GO_E2E_DEBUG) console.error("LIVE\n" + live.join("\n") + "\nREPLAYED\n" + replayed.join("\n"));
+    assert.deepEqual(replayed, live);
   });
 
   it("in the DaemonSet's shape (own PID namespace, host /proc, the manifest's capabilities): a reset status write, by path", async () => {

@@ -28,6 +28,8 @@ export interface GoProbesOptions {
   drainIntervalMs?: number;
   /** Binaries remembered, probed or not (default 1024). */
   binaryCapacity?: number;
+  /** Every line a Go program printed, raw (--record). */
+  onLine?: (line: string) => void;
 }
 
 interface Binary {
@@ -53,7 +55,7 @@ export class GoProbes {
   #stopped = false;
 
   constructor(opts: GoProbesOptions) {
-    this.#o = { drainIntervalMs: 25, binaryCapacity: 1024, ...opts };
+    this.#o = { drainIntervalMs: 25, binaryCapacity: 1024, onLine: () => {}, ...opts };
   }
 
   /** Drains every drainIntervalMs while lines wait; once a second when none does, woken by the next. */
@@ -179,6 +181,7 @@ export class GoProbes {
       state: () => ({ targets: [], endpoints: [], execWatch: false }),
       onInstance: () => {},
       readyTimeoutMs: 30_000,
+      onLine: this.#o.onLine,
       program: {
         // Through a live pid's /proc entry: the path works in a pod, and for a binary deleted since.
         render: () => renderGoProgram({ binary: this.#exe(pids.find((pid) => binary.pids.has(pid)) ?? pids[0]!), families: inspected.families, pids }),

@@ -8,10 +8,12 @@
 //   {"t":"…","kind":"probe","line":"<raw bpftrace -f json line>"}
 //   {"t":"…","kind":"spans","peer":"127.0.0.1:40312","contentType":"application/x-protobuf","body":"<base64>"}
 //   {"t":"…","kind":"clock","clockOffsetNs":"…"}
+//   {"t":"…","kind":"goProbe","line":"<raw line of a Go program's bpftrace>"}
+//   {"t":"…","kind":"goAttached","pid":4242,"attached":true}
 import { z } from "zod";
 
 export const RECORD_FORMAT_VERSION = 1;
-export const RECORD_KINDS = ["header", "probe", "spans", "clock"] as const;
+export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached"] as const;
 
 export interface HeaderRecord {
   kind: "header";
@@ -49,7 +51,22 @@ export interface ClockRecord {
   clockOffsetNs: bigint;
 }
 
-export type DataRecord = ProbeRecord | SpansRecord | ClockRecord;
+/** One line a Go program's bpftrace printed (the Go HTTP/2 probe), exactly as read. */
+export interface GoProbeRecord {
+  kind: "goProbe";
+  t: bigint;
+  line: string;
+}
+
+/** The Go program of `pid` attached or went away: from then on its requests are read, or no longer. */
+export interface GoAttachedRecord {
+  kind: "goAttached";
+  t: bigint;
+  pid: number;
+  attached: boolean;
+}
+
+export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord | GoAttachedRecord;
 export type RecordEntry = HeaderRecord | DataRecord;
 
 // Limits on what one record may hold, so a damaged file cannot blow memory.
@@ -98,11 +115,26 @@ const clockSchema = z.strictObject({
   clockOffsetNs: signedNs,
 });
 
+const goProbeSchema = z.strictObject({
+  t: monotonicNs,
+  kind: z.literal("goProbe"),
+  line: z.string().max(MAX_PROBE_LINE_CHARS),
+});
+
+const goAttachedSchema = z.strictObject({
+  t: monotonicNs,
+  kind: z.literal("goAttached"),
+  pid: z.int().positive().max(2 ** 22),
+  attached: z.boolean(),
+});
+
 const schemaByKind = {
   header: headerSchema,
   probe: probeSchema,
   spans: spansSchema,
   clock: clockSchema,
+  goProbe: goProbeSchema,
+  goAttached: goAttachedSchema,
 } as const;
 
 export type ParseResult = { ok: true; record: RecordEntry } | { ok: false; error: string };
@@ -158,6 +190,10 @@ export function serializeRecord(record: RecordEntry): string {
       });
     case "clock":
       return JSON.stringify({ t: record.t.toString(), kind: record.kind, clockOffsetNs: record.clockOffsetNs.toString() });
+    case "goProbe":
+      return JSON.stringify({ t: record.t.toString(), kind: record.kind, line: record.line });
+    case "goAttached":
+      return JSON.stringify({ t: record.t.toString(), kind: record.kind, pid: record.pid, attached: record.attached });
   }
 }
 

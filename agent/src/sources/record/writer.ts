@@ -33,6 +33,10 @@ export interface RecordWriter {
   probeLine(line: string, t?: bigint): void;
   spans(peer: string, contentType: string, body: Uint8Array, t?: bigint): void;
   clock(clockOffsetNs: bigint, t?: bigint): void;
+  /** A line of a Go program's bpftrace. */
+  goProbeLine(line: string, t?: bigint): void;
+  /** The Go program of `pid` attached or went away. */
+  goAttached(pid: number, attached: boolean, t?: bigint): void;
   /** Records dropped so far (queue full or file failed). */
   readonly dropped: number;
   /** Resolves when everything accepted so far is on its way to the disk. */
@@ -116,6 +120,8 @@ export async function openRecordWriter(path: string, opts: RecordWriterOptions):
     spans: (peer, contentType, body, t) =>
       data({ kind: "spans", t: t ?? now(), peer, contentType, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength) }),
     clock: (clockOffsetNs, t) => data({ kind: "clock", t: t ?? now(), clockOffsetNs }),
+    goProbeLine: (line, t) => data({ kind: "goProbe", t: t ?? now(), line }),
+    goAttached: (pid, attached, t) => data({ kind: "goAttached", t: t ?? now(), pid, attached }),
     get dropped() {
       return dropped;
     },

@@ -39,6 +39,8 @@ const SESSION_RECORDS: DataRecord[] = [
     t: 8151000000001n,
     line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 2 0 0 0 6443 127.0.0.1 python3\\n"}',
   },
+  { kind: "goAttached", t: 8151000000002n, pid: 4242, attached: true },
+  { kind: "goProbe", t: 8151000000003n, line: '{"type": "printf", "data": "go_abort 8151000000000 4242 4243 824635023360 824634818560\\n"}' },
 ];
 
 let dir: string;
@@ -63,7 +65,9 @@ void describe("record writer", () => {
     for (const r of SESSION_RECORDS) {
       if (r.kind === "probe") writer.probeLine(r.line, r.t);
       else if (r.kind === "spans") writer.spans(r.peer, r.contentType, new Uint8Array(r.body), r.t);
-      else writer.clock(r.clockOffsetNs, r.t);
+      else if (r.kind === "clock") writer.clock(r.clockOffsetNs, r.t);
+      else if (r.kind === "goAttached") writer.goAttached(r.pid, r.attached, r.t);
+      else writer.goProbeLine(r.line, r.t);
     }
     await writer.close();
     assert.equal(await readFile(path, "utf8"), await readFile(join(fixtures, "session.jsonl"), "utf8"));
@@ -126,7 +130,7 @@ void describe("record reader", () => {
       [3, "not JSON (…)"],
       [4, 'key "t": want CLOCK_MONOTONIC nanoseconds as a decimal string, got "10x"'],
       [5, 'key "body": want base64, got "not base64!"'],
-      [6, 'key "kind": want one of header, probe, spans, clock, got "prob"'],
+      [6, 'key "kind": want one of header, probe, spans, clock, goProbe, goAttached, got "prob"'],
       [8, 'unknown key "pid" in a "probe" record'],
       [9, "a second header; the header belongs on line 1 only"],
       [10, 'key "clockOffsetNs": want signed nanoseconds as a decimal string, got 12'],
