@@ -92,11 +92,13 @@ const headerSchema = z.strictObject({
   agent: z.strictObject({ version: z.string().max(64), config: z.record(z.string(), z.unknown()) }),
 });
 
-const probeSchema = z.strictObject({
-  t: monotonicNs,
-  kind: z.literal("probe"),
-  line: z.string().max(MAX_PROBE_LINE_CHARS),
-});
+/** A raw bpftrace line: the socket probe's (`probe`) or a Go program's (`goProbe`). */
+const lineSchema = <K extends "probe" | "goProbe">(kind: K) =>
+  z.strictObject({
+    t: monotonicNs,
+    kind: z.literal(kind),
+    line: z.string().max(MAX_PROBE_LINE_CHARS),
+  });
 
 const spansSchema = z.strictObject({
   t: monotonicNs,
@@ -115,12 +117,6 @@ const clockSchema = z.strictObject({
   clockOffsetNs: signedNs,
 });
 
-const goProbeSchema = z.strictObject({
-  t: monotonicNs,
-  kind: z.literal("goProbe"),
-  line: z.string().max(MAX_PROBE_LINE_CHARS),
-});
-
 const goAttachedSchema = z.strictObject({
   t: monotonicNs,
   kind: z.literal("goAttached"),
@@ -130,10 +126,10 @@ const goAttachedSchema = z.strictObject({
 
 const schemaByKind = {
   header: headerSchema,
-  probe: probeSchema,
+  probe: lineSchema("probe"),
   spans: spansSchema,
   clock: clockSchema,
-  goProbe: goProbeSchema,
+  goProbe: lineSchema("goProbe"),
   goAttached: goAttachedSchema,
 } as const;
 
