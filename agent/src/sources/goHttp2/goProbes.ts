@@ -98,7 +98,7 @@ export class GoProbes {
       if (key === undefined) continue;
       this.#binaryOf.delete(pid);
       this.#binaries.get(key)?.pids.delete(pid);
-      this.#o.requests.forget(pid);
+      this.#o.requests.forget(pid, this.#o.nowNs());
       touched.add(key);
     }
     for (const { pid } of added) {

@@ -180,10 +180,15 @@ export class GoRequests {
     return [...this.#attached];
   }
 
-  /** The process is no target any more: its requests in flight are not followed further. */
-  forget(pid: number): void {
-    this.setAttached(pid, false);
-    this.#unfollow(pid);
+  /**
+   * The process is no target any more: its requests in flight are not
+   * followed further. With `atNs`, as a program going away (see
+   * setAttached): once the lines printed before then are applied, so that
+   * replay, which sees the same detachment recorded, decides alike.
+   */
+  forget(pid: number, atNs?: bigint): void {
+    this.setAttached(pid, false, atNs);
+    if (atNs === undefined) this.#unfollow(pid);
   }
 
   #unfollow(pid: number): void {

@@ -267,6 +267,16 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual([go.size.requests, losses.length], [0, 0]);
   });
 
+  it("forgets a process at a kernel time: what its program printed before then is still decided", () => {
+    const { go, losses } = harness();
+    go.setAttached(PID, true);
+    feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), closed(5n * MS, 8), ...request(6n * MS, 5, "PATCH", STATUS_PATH)]);
+    go.forget(PID, 10n * MS);
+    feed(go, [closed(20n * MS, 7)]);
+    go.drain(1000n * MS);
+    assert.deepEqual([losses.map((l) => [l.request?.streamId, l.cause]), go.size.requests], [[[3, "connection_closed_unanswered"]], 0]);
+  });
+
   it("is bounded: lines beyond capacity are applied early and counted", () => {
     const { go, losses, drops } = harness({ capacity: 4 });
     feed(go, [...request(1n * MS, 3, "PATCH", STATUS_PATH), closed(2n * MS, 7), ...request(3n * MS, 5, "PATCH", STATUS_PATH), closed(4n * MS, 7), abort(5n * MS, 9)]);
