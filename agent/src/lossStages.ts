@@ -52,6 +52,8 @@ export function buildLossStages(opts: LossStagesOptions) {
     const known = opts.identity(pid)?.identity;
     return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
   };
+  /** A process as a whole (its main thread), by what is known of it. */
+  const processIdentity = (pid: number): ProcessIdentity => identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown");
 
   const correlator = new Correlator({
     index,
@@ -79,7 +81,7 @@ export function buildLossStages(opts: LossStagesOptions) {
       if (counters.dropped > droppedBefore) metrics.eventsDropped.inc({ stage: "counters", reason: "capacity" }, counters.dropped - droppedBefore);
       for (const { key, delta } of deltas) {
         const pid = key[0]!;
-        const labels = workloadLabels(identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
+        const labels = workloadLabels(processIdentity(pid));
         if (record.map === "writes") metrics.writes.inc(labels, Number(delta));
         else if (record.map === "bytes") metrics.writeBytes.inc(labels, Number(delta));
         else if (record.map === "retransmits") metrics.retransmits.inc(labels, Number(delta));
@@ -131,17 +133,15 @@ export function buildLossStages(opts: LossStagesOptions) {
     correlator.addKernelSuccess(event, identityOf(event.pid, event.tid, opts.identity(event.pid)?.comm ?? "unknown"));
 
   /** A request-level probe now reads this process's requests. */
-  const noteRequestLevel = (pid: number): void => correlator.noteRequestLevel(pid, identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
-
-  const labelsOf = (pid: number) => workloadLabels(identityOf(pid, pid, opts.identity(pid)?.comm ?? "unknown"));
+  const noteRequestLevel = (pid: number): void => correlator.noteRequestLevel(pid, processIdentity(pid));
 
   /** A request a request-level probe saw written: one write of a process whose sends the kernel leaves alone. */
   const countRequest = (pid: number): void => {
-    metrics.writes.inc(labelsOf(pid));
+    metrics.writes.inc(workloadLabels(processIdentity(pid)));
   };
 
   /** A connection a request-level probe saw closed cleanly with requests unanswered. */
-  const addRequestConnectionLoss = (pid: number, reason: ConnectionLossReason): void => recordConnectionLoss(metrics, labelsOf(pid), reason);
+  const addRequestConnectionLoss = (pid: number, reason: ConnectionLossReason): void => recordConnectionLoss(metrics, workloadLabels(processIdentity(pid)), reason);
 
   return {
     handleRecord,
