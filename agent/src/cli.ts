@@ -32,6 +32,7 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
   { key: "proc-root", flag: "--proc-root <path>", help: "the host's /proc (default /proc)" },
   { key: "unanswered-min-bytes", flag: "--unanswered-min-bytes <n>", help: "smallest unanswered send that is a request (default 64)" },
   { key: "go-probes", flag: "--no-go-probes", help: "do not follow Go targets' HTTP/2 requests with uprobes (on by default)", boolean: true },
+  { key: "tls-probes", flag: "--no-tls-probes", help: "do not judge OpenSSL targets' connections by what SSL_read returned (on by default)", boolean: true },
 ];
 
 function camel(key: string): string {

@@ -64,6 +64,7 @@ export const configSchema = z.strictObject({
   "proc-root": z.string().min(1).default("/proc"),
   "unanswered-min-bytes": z.coerce.number().int().nonnegative().default(64),
   "go-probes": bool.default(true),
+  "tls-probes": bool.default(true),
 });
 
 export type Config = z.output<typeof configSchema>;

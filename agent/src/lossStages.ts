@@ -16,6 +16,7 @@ import { errnoName, judge } from "./sources/probe/socketEvents.ts";
 import { syscallName } from "./vocabulary/syscalls.ts";
 import { GoRequests, type GoRequest } from "./sources/goHttp2/goRequests.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
+import { TlsAnswers } from "./sources/tls/tlsAnswers.ts";
 
 export interface LossStagesOptions {
   config: Config;
@@ -30,16 +31,21 @@ export interface LossStagesOptions {
   now?: () => number;
   /** Offered every socket-path loss first; true when another path (Go's HTTP/2 probe) takes it and will hand it back if it does not speak for it. */
   claimSocketEvent?: (event: SocketEvent, identity: ProcessIdentity) => boolean;
+  /** Something did not fit in a stage here: lostwrite_events_dropped_total's stage and reason. */
+  onDrop?: (stage: "tls_answers", reason: "capacity") => void;
 }
 
 /**
  * The stages the live agent and `lostwrite replay` share: probe records and
  * spans in, counted and correlated loss events out.
  *
- *   probe record ──► judge ──► kernel metrics ──► correlator ◄── spans
- *                                                    │
- *                                                    ▼
- *                                         loss metrics ──► emit
+ *   probe record ──► TLS answers ──► judge ──► kernel metrics ──► correlator ◄── spans
+ *                                                                      │
+ *                                                                      ▼
+ *                                                           loss metrics ──► emit
+ *
+ * TLS answers: a followed OpenSSL client's close is judged by what its
+ * SSL_read returned (sources/tls/tlsAnswers.ts); every other record passes.
  */
 export function buildLossStages(opts: LossStagesOptions) {
   const { config, metrics } = opts;
@@ -73,7 +79,18 @@ export function buildLossStages(opts: LossStagesOptions) {
     now,
   });
 
+  const tlsAnswers = new TlsAnswers({
+    release: (record) => judgeRecord(record),
+    unansweredMinBytes: config["unanswered-min-bytes"],
+    onDrop: (reason) => opts.onDrop?.("tls_answers", reason),
+  });
+
   const handleRecord = (record: ProbeRecord): void => {
+    if (record.type === "tls_close") tlsAnswers.addVerdict(record);
+    else if (!tlsAnswers.offer(record)) judgeRecord(record);
+  };
+
+  const judgeRecord = (record: ProbeRecord): void => {
     if (record.type === "counters") {
       const droppedBefore = counters.dropped;
       const deltas = counters.update(record.map, record.entries);
@@ -145,6 +162,7 @@ export function buildLossStages(opts: LossStagesOptions) {
 
   return {
     handleRecord,
+    tlsAnswers,
     addSocketEvent,
     addRequestLoss,
     addRequestRetry,

@@ -33,6 +33,7 @@ import { AgentMetrics } from "./sinks/metrics.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { GoProbes } from "./sources/goHttp2/goProbes.ts";
+import { TlsProbes } from "./sources/tls/tlsProbes.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
@@ -132,6 +133,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       for (const sink of sinks) sink.publish(event);
     },
     claimSocketEvent: config["go-probes"] ? (event, identity) => goRequests.offerSocketEvent(event, identity) : undefined,
+    onDrop: (stage, reason) => metrics.eventsDropped.inc({ stage, reason }),
   });
   const goRequests = followGoRequests(judged, {
     isApiserver,
@@ -186,6 +188,23 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
       })
     : null;
 
+  // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
+  // 1.3 session ticket arriving after the first request is no answer.
+  const tlsProbes = config["tls-probes"]
+    ? new TlsProbes({
+        answers: judged.tlsAnswers,
+        onVerdict: (record) => probeRecords.push(record),
+        onAttached: (pid, attached) => recorder?.tlsAttached(pid, attached),
+        bpftrace: config.bpftrace,
+        procRoot: config["proc-root"],
+        agentHostPid: self.hostPid,
+        metrics,
+        log,
+        nowNs: () => process.hrtime.bigint(),
+        ...(recorder ? { onLine: (line: string) => recorder.tlsProbeLine(line) } : {}),
+      })
+    : null;
+
   // --- wiring: who tells whom ------------------------------------------------------
   const admission = new ExecAdmission({ targets, removeFromKernel: (pid) => probe.removeTarget(pid), procRoot: config["proc-root"], metrics, log });
   probe.onRecord((record) => {
@@ -196,6 +215,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   new TargetSync({ targets, kernel: probe, admission, syscallCounterKeys: (pid) => judged.counters.syscallKeysOf(pid), forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
   endpoints.onChange((key, present) => probe.setEndpoint(key, present));
   if (goProbes) targets.onChange((changes) => goProbes.onTargets(changes));
+  if (tlsProbes) targets.onChange((changes) => tlsProbes.onTargets(changes));
   http.readyWhen(() =>
     !probe.ready
       ? { ok: false, reason: "probe not attached" }
@@ -217,6 +237,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     stage("target scan", () => targets.scan()),
     probe,
     ...(goProbes ? [goProbes] : []),
+    ...(tlsProbes ? [tlsProbes] : []),
     stage("target rescan", () => targets.start(config["rescan-interval"]), () => targets.stop()),
   ];
   const close = await startStages(stages, log);

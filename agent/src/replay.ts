@@ -4,7 +4,8 @@
 // the records' CLOCK_MONOTONIC stamps and ticks every 25 ms of recorded time,
 // as the live agent's does while a loss waits, so a recording replays to the
 // same events in the same order. Go programs' lines and attachments are
-// replayed through the same request path as live.
+// replayed through the same request path as live, TLS programs' through the
+// same answers stage.
 import { loadConfig } from "./config.ts";
 import { CORRELATOR_TICK_MS } from "./correlate/correlator.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
@@ -106,11 +107,13 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
     while (nextTick <= t) {
       nowNs = nextTick;
       goRequests.drain(nowNs);
+      stages.tlsAnswers.drain(nowNs);
       stages.correlator.tick();
       nextTick += TICK_NS;
     }
     nowNs = t;
     goRequests.drain(nowNs);
+    stages.tlsAnswers.drain(nowNs);
   };
 
   for await (const record of reader.records()) {
@@ -123,6 +126,15 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
     if (record.kind === "goProbe") {
       const parsed = parseProbeLine(record.line);
       if (parsed.ok && isGoRecord(parsed.record)) goRequests.add(parsed.record);
+      continue;
+    }
+    if (record.kind === "tlsAttached") {
+      stages.tlsAnswers.setAttached(record.pid, record.attached);
+      continue;
+    }
+    if (record.kind === "tlsProbe") {
+      const parsed = parseProbeLine(record.line);
+      if (parsed.ok && parsed.record.type === "tls_close") stages.handleRecord(parsed.record);
       continue;
     }
     if (record.kind === "probe") {
@@ -144,6 +156,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
     }
   }
   goRequests.flush();
+  stages.tlsAnswers.flush();
   stages.correlator.flush();
   return { events, badRecords: reader.badRecords };
 }

@@ -5,12 +5,12 @@
 // client certificate, so Go's TLS 1.3 server sends its session ticket in its
 // first flight, before the client's Finished: over HTTP/1.1 nothing but the
 // close comes after the request; over HTTP/2 the server's SETTINGS, its
-// SETTINGS ACK and WINDOW_UPDATEs do. An apiserver with a client CA requests
-// a certificate, and its ticket can then come after the request: that is the
-// sockets probe's known limit (probes/apiserver_sockets.bt), not tested here
-// as it is not detected.
+// SETTINGS ACK and WINDOW_UPDATEs do. With -request-client-cert it asks for
+// a client certificate, as an apiserver with a client CA does: its TLS 1.3
+// ticket then comes once the client's second flight is read, and can arrive
+// after the request.
 //
-// Usage: go-tls-server   (prints {"port":N} once listening on 127.0.0.1)
+// Usage: go-tls-server [-request-client-cert]   (prints {"port":N} once listening on 127.0.0.1)
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -33,6 +34,12 @@ import (
 type connKey struct{}
 
 func main() {
+	requestClientCert := flag.Bool("request-client-cert", false, "ask clients for a certificate (not required), as an apiserver with a client CA does")
+	flag.Parse()
+	clientAuth := tls.NoClientCert
+	if *requestClientCert {
+		clientAuth = tls.RequestClientCert
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	check(err)
 	template := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{"localhost"}}
@@ -43,8 +50,10 @@ func main() {
 	server := &http.Server{
 		Handler: http.HandlerFunc(neverAnswer),
 		// The handler ends the connection itself, under HTTP/2 too.
-		ConnContext: func(ctx context.Context, conn net.Conn) context.Context { return context.WithValue(ctx, connKey{}, conn) },
-		TLSConfig:   &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12},
+		ConnContext: func(ctx context.Context, conn net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, conn)
+		},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12, ClientAuth: clientAuth},
 	}
 	fmt.Printf("{\"port\":%d}\n", listener.Addr().(*net.TCPAddr).Port)
 	// ServeTLS offers h2 and http/1.1 by ALPN, as the apiserver does.

@@ -178,6 +178,17 @@ export class AgentMetrics {
     labelNames: ["reason"],
     registers: [this.registry],
   });
+  readonly tlsProbesAttached = new Gauge({
+    name: "lostwrite_tls_probes_attached",
+    help: "TLS probe programs attached now, one per probed OpenSSL file (a libssl, or an executable with OpenSSL linked in).",
+    registers: [this.registry],
+  });
+  readonly tlsProbeRestarts = new Counter({
+    name: "lostwrite_tls_probe_restarts_total",
+    help: "Restarts of TLS probe programs by the supervisor, by reason.",
+    labelNames: ["reason"],
+    registers: [this.registry],
+  });
   readonly goTargets = new Gauge({
     name: "lostwrite_go_targets",
     help: "Targets whose requests are followed one by one (coverage=requests): Go binaries with a probed HTTP/2 client.",
@@ -259,7 +270,9 @@ export class AgentMetrics {
     // from the first scrape.
     for (const reason of PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
     for (const reason of PROBE_RESTART_REASONS) this.goProbeRestarts.inc({ reason }, 0);
+    for (const reason of PROBE_RESTART_REASONS) this.tlsProbeRestarts.inc({ reason }, 0);
     this.goProbesAttached.set(0);
+    this.tlsProbesAttached.set(0);
     for (const coverage of GO_COVERAGES) this.goTargets.set({ coverage }, 0);
     for (const reason of SPAN_REJECT_REASONS) this.spansRejected.inc({ reason }, 0);
     for (const source of TARGET_SOURCES) this.targets.set({ source }, 0);

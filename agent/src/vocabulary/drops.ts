@@ -19,6 +19,7 @@ export const DROP_STAGES = [
   "otlp_forward",
   "go_probes",
   "go_requests",
+  "tls_answers",
 ] as const;
 export type DropStage = (typeof DROP_STAGES)[number];
 

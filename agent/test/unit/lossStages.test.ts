@@ -38,7 +38,7 @@ function stages() {
 describe("failed sends through the loss stages", { timeout: 10_000 }, () => {
   it("counts failed sends from the kernel's counter only, exactly, and a dead socket's first failure as one loss", async () => {
     const { built, events, feed, syscallErrors } = stages();
-    feed(`{"type": "printf", "data": "send 1000 ${PID} ${PID} 44 -104 6443 127.0.0.1 python3\\n"}`);
+    feed(`{"type": "printf", "data": "send 1000 ${PID} ${PID} 44 -104 6443 127.0.0.1 77 python3\\n"}`);
     feed(`{"type": "map", "data": {"@failed_sends": {"${PID},44,104": 1, "${PID},44,32": 243399, "${PID},44,0": 2}}}`);
     built.correlator.tick();
     assert.equal(await syscallErrors("ECONNRESET"), 1, "the printed send is not counted on top of the kernel's count");
@@ -52,8 +52,8 @@ describe("failed sends through the loss stages", { timeout: 10_000 }, () => {
 
   it("judges a close the client made with a request unanswered as the client giving up", () => {
     const { built, events, feed } = stages();
-    feed(`{"type": "printf", "data": "close 2000 ${PID} ${PID} 0 0 1 1834 1500000000 0 6443 127.0.0.1 python3\\n"}`);
-    feed(`{"type": "printf", "data": "close 3000 ${PID} ${PID} 0 0 2 1834 1000 0 6443 127.0.0.1 python3\\n"}`);
+    feed(`{"type": "printf", "data": "close 2000 ${PID} ${PID} 0 0 1 1834 1500000000 0 6443 127.0.0.1 77 python3\\n"}`);
+    feed(`{"type": "printf", "data": "close 3000 ${PID} ${PID} 0 0 2 1834 1000 0 6443 127.0.0.1 77 python3\\n"}`);
     built.correlator.tick();
     assert.deepEqual(events.map((e) => e.cause), ["client_gave_up", "connection_closed_unanswered"]);
   });

@@ -21,12 +21,13 @@ export type FieldType = "int" | "u64" | "bool" | "word" | "rest";
 const HELLO = { ts: "u64", agentPid: "int" } as const;
 const TICK = { ts: "u64" } as const;
 
-/** The lines of each probe family: the socket programs (probes/*.bt) and the per-binary Go HTTP/2 programs (goProbeProgram.ts). */
+/** The lines of each probe family: the socket programs (probes/*.bt), the per-binary Go HTTP/2 programs (goProbeProgram.ts) and the per-library TLS programs (tlsProbeProgram.ts). */
 export const PROBE_FAMILIES = {
   sockets: {
     hello: HELLO,
     exec: { ts: "u64", pid: "int", cgroup: "u64", comm: "rest" },
-    send: { ts: "u64", pid: "int", tid: "int", syscallNr: "int", ret: "int", port: "int", addr: "word", comm: "rest" },
+    // sk: the socket's kernel address (send and close lines), as a TLS program names the connection.
+    send: { ts: "u64", pid: "int", tid: "int", syscallNr: "int", ret: "int", port: "int", addr: "word", sk: "u64", comm: "rest" },
     connect: { ts: "u64", pid: "int", tid: "int", err: "int", port: "int", addr: "word", comm: "rest" },
     close: {
       ts: "u64",
@@ -41,6 +42,7 @@ export const PROBE_FAMILIES = {
       retransmits: "int",
       port: "int",
       addr: "word",
+      sk: "u64",
       comm: "rest",
     },
     ack: { seq: "int" },
@@ -63,12 +65,20 @@ export const PROBE_FAMILIES = {
     go_abort: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64" },
     tick: TICK,
   },
+  tls: {
+    hello: HELLO,
+    // A connection whose requests went through OpenSSL reached CLOSE: the
+    // plaintext bytes written since the last answer the client read (0: all
+    // answered), and how long the oldest of them waited.
+    tls_close: { ts: "u64", pid: "int", sk: "u64", unansweredBytes: "int", waitedNs: "u64" },
+    tick: TICK,
+  },
 } as const satisfies Record<string, Record<string, Record<string, FieldType>>>;
 
 export type ProbeFamily = keyof typeof PROBE_FAMILIES;
 
 /** Every line kind of every family, for the parser. */
-export const PROBE_LINES = { ...PROBE_FAMILIES.sockets, ...PROBE_FAMILIES.goHttp2 } as const satisfies Record<string, Record<string, FieldType>>;
+export const PROBE_LINES = { ...PROBE_FAMILIES.sockets, ...PROBE_FAMILIES.goHttp2, ...PROBE_FAMILIES.tls } as const satisfies Record<string, Record<string, FieldType>>;
 
 export const PRINTF_CONVERSIONS: Record<FieldType, readonly string[]> = {
   int: ["%d", "%lld", "%llu"],

@@ -4,21 +4,28 @@
 // them and must reach the same events. Times are CLOCK_MONOTONIC nanoseconds
 // as decimal strings: JSON numbers lose precision past 2^53.
 //
-//   {"t":"…","kind":"header","version":1,"node":"n1","clockOffsetNs":"…","recordedAt":"…","agent":{…}}
+//   {"t":"…","kind":"header","version":2,"node":"n1","clockOffsetNs":"…","recordedAt":"…","agent":{…}}
 //   {"t":"…","kind":"probe","line":"<raw bpftrace -f json line>"}
 //   {"t":"…","kind":"spans","peer":"127.0.0.1:40312","contentType":"application/x-protobuf","body":"<base64>"}
 //   {"t":"…","kind":"clock","clockOffsetNs":"…"}
 //   {"t":"…","kind":"goProbe","line":"<raw line of a Go program's bpftrace>"}
 //   {"t":"…","kind":"goAttached","pid":4242,"attached":true}
+//   {"t":"…","kind":"tlsProbe","line":"<raw line of a TLS program's bpftrace>"}
+//   {"t":"…","kind":"tlsAttached","pid":4242,"attached":true}
+//
+// Version 2 added SK (the socket's address) to the socket probe's send and
+// close lines; a version 1 file is read with SK 0 there (upgradeProbeLine).
 import { z } from "zod";
 
-export const RECORD_FORMAT_VERSION = 1;
-export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached"] as const;
+export const RECORD_FORMAT_VERSION = 2;
+/** The versions a reader takes: version 1's lines are upgraded as they are read. */
+export const READABLE_FORMAT_VERSIONS = [1, 2] as const;
+export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached"] as const;
 
 export interface HeaderRecord {
   kind: "header";
   t: bigint;
-  version: typeof RECORD_FORMAT_VERSION;
+  version: (typeof READABLE_FORMAT_VERSIONS)[number];
   node: string;
   /** Wall-clock epoch ns minus CLOCK_MONOTONIC ns when recording started. */
   clockOffsetNs: bigint;
@@ -66,7 +73,22 @@ export interface GoAttachedRecord {
   attached: boolean;
 }
 
-export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord | GoAttachedRecord;
+/** One line a TLS program's bpftrace printed (the OpenSSL probe), exactly as read. */
+export interface TlsProbeRecord {
+  kind: "tlsProbe";
+  t: bigint;
+  line: string;
+}
+
+/** The TLS program of `pid` attached or went away: from then on its connections' answers are read, or no longer. */
+export interface TlsAttachedRecord {
+  kind: "tlsAttached";
+  t: bigint;
+  pid: number;
+  attached: boolean;
+}
+
+export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord | GoAttachedRecord | TlsProbeRecord | TlsAttachedRecord;
 export type RecordEntry = HeaderRecord | DataRecord;
 
 // Limits on what one record may hold, so a damaged file cannot blow memory.
@@ -85,15 +107,15 @@ const signedNs = z
 const headerSchema = z.strictObject({
   t: monotonicNs,
   kind: z.literal("header"),
-  version: z.literal(RECORD_FORMAT_VERSION, { error: `want format version ${RECORD_FORMAT_VERSION}` }),
+  version: z.union(READABLE_FORMAT_VERSIONS.map((v) => z.literal(v)), { error: `want format version ${READABLE_FORMAT_VERSIONS.join(" or ")}` }),
   node: z.string().max(253),
   clockOffsetNs: signedNs,
   recordedAt: z.iso.datetime({ offset: true, error: "want an RFC 3339 time" }),
   agent: z.strictObject({ version: z.string().max(64), config: z.record(z.string(), z.unknown()) }),
 });
 
-/** A raw bpftrace line: the socket probe's (`probe`) or a Go program's (`goProbe`). */
-const lineSchema = <K extends "probe" | "goProbe">(kind: K) =>
+/** A raw bpftrace line: the socket probe's (`probe`), a Go program's (`goProbe`) or a TLS program's (`tlsProbe`). */
+const lineSchema = <K extends "probe" | "goProbe" | "tlsProbe">(kind: K) =>
   z.strictObject({
     t: monotonicNs,
     kind: z.literal(kind),
@@ -117,12 +139,13 @@ const clockSchema = z.strictObject({
   clockOffsetNs: signedNs,
 });
 
-const goAttachedSchema = z.strictObject({
-  t: monotonicNs,
-  kind: z.literal("goAttached"),
-  pid: z.int().positive().max(2 ** 22),
-  attached: z.boolean(),
-});
+const attachedSchema = <K extends "goAttached" | "tlsAttached">(kind: K) =>
+  z.strictObject({
+    t: monotonicNs,
+    kind: z.literal(kind),
+    pid: z.int().positive().max(2 ** 22),
+    attached: z.boolean(),
+  });
 
 const schemaByKind = {
   header: headerSchema,
@@ -130,7 +153,9 @@ const schemaByKind = {
   spans: spansSchema,
   clock: clockSchema,
   goProbe: lineSchema("goProbe"),
-  goAttached: goAttachedSchema,
+  goAttached: attachedSchema("goAttached"),
+  tlsProbe: lineSchema("tlsProbe"),
+  tlsAttached: attachedSchema("tlsAttached"),
 } as const;
 
 export type ParseResult = { ok: true; record: RecordEntry } | { ok: false; error: string };
@@ -187,10 +212,35 @@ export function serializeRecord(record: RecordEntry): string {
     case "clock":
       return JSON.stringify({ t: record.t.toString(), kind: record.kind, clockOffsetNs: record.clockOffsetNs.toString() });
     case "goProbe":
+    case "tlsProbe":
       return JSON.stringify({ t: record.t.toString(), kind: record.kind, line: record.line });
     case "goAttached":
+    case "tlsAttached":
       return JSON.stringify({ t: record.t.toString(), kind: record.kind, pid: record.pid, attached: record.attached });
   }
+}
+
+/** Fields before COMM in version 1's send and close lines, where version 2 put SK. */
+const V1_FIELDS_BEFORE_COMM: Record<string, number> = { send: 7, close: 11 };
+
+/**
+ * A socket probe line of a version 1 recording in version 2's shape: SK 0
+ * (not known) before the comm of send and close lines; other lines as they are.
+ */
+export function upgradeProbeLine(line: string): string {
+  let json: { type?: unknown; data?: unknown };
+  try {
+    json = JSON.parse(line) as typeof json;
+  } catch {
+    return line; // the parser reports it
+  }
+  if (json.type !== "printf" || typeof json.data !== "string") return line;
+  const words = json.data.split(" ");
+  const before = V1_FIELDS_BEFORE_COMM[words[0]!];
+  if (before === undefined || words.length < before + 2) return line;
+  words.splice(before + 1, 0, "0");
+  // In place, so the rest of the line stays byte for byte what bpftrace printed.
+  return line.replace(JSON.stringify(json.data).slice(1, -1), JSON.stringify(words.join(" ")).slice(1, -1));
 }
 
 function valueAt(json: unknown, path: readonly PropertyKey[]): unknown {

@@ -37,6 +37,10 @@ export interface RecordWriter {
   goProbeLine(line: string, t?: bigint): void;
   /** The Go program of `pid` attached or went away. */
   goAttached(pid: number, attached: boolean, t?: bigint): void;
+  /** A line of a TLS program's bpftrace. */
+  tlsProbeLine(line: string, t?: bigint): void;
+  /** The TLS program of `pid` attached or went away. */
+  tlsAttached(pid: number, attached: boolean, t?: bigint): void;
   /** Records dropped so far (queue full or file failed). */
   readonly dropped: number;
   /** Resolves when everything accepted so far is on its way to the disk. */
@@ -122,6 +126,8 @@ export async function openRecordWriter(path: string, opts: RecordWriterOptions):
     clock: (clockOffsetNs, t) => data({ kind: "clock", t: t ?? now(), clockOffsetNs }),
     goProbeLine: (line, t) => data({ kind: "goProbe", t: t ?? now(), line }),
     goAttached: (pid, attached, t) => data({ kind: "goAttached", t: t ?? now(), pid, attached }),
+    tlsProbeLine: (line, t) => data({ kind: "tlsProbe", t: t ?? now(), line }),
+    tlsAttached: (pid, attached, t) => data({ kind: "tlsAttached", t: t ?? now(), pid, attached }),
     get dropped() {
       return dropped;
     },

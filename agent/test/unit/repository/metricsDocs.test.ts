@@ -88,6 +88,7 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_apiserver_connection_losses_total", label: "reason", values: CONNECTION_LOSS_REASONS },
   { metric: "lostwrite_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_go_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
+  { metric: "lostwrite_tls_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_go_targets", label: "coverage", values: GO_COVERAGES },
   { metric: "lostwrite_spans_rejected_total", label: "reason", values: SPAN_REJECT_REASONS },
   { metric: "lostwrite_events_dropped_total", label: "reason", values: DROP_REASONS },

@@ -11,6 +11,7 @@ import { headerName, PRINTF_CONVERSIONS, PROBE_FAMILIES, PROBE_LINES, type Field
 import { parseProbeLine } from "../../../../src/sources/probe/probeOutput.ts";
 import { HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2Function } from "../../../../src/sources/goBinary/http2Families.ts";
 import { renderGoProgram } from "../../../../src/sources/goHttp2/goProbeProgram.ts";
+import { renderTlsProgram, TLS_ANSWER_MIN_BYTES } from "../../../../src/sources/tls/tlsProbeProgram.ts";
 import { repoPath } from "../../../repoPath.ts";
 
 const probesDir = repoPath("probes");
@@ -27,7 +28,7 @@ const fieldsOf = (kind: PrintfKind): [string, FieldType][] => Object.entries(PRO
 // readonly or optional), so that nothing downstream changes.
 type Expected =
   | { type: "hello"; ts: bigint; agentPid: number }
-  | { type: "send"; ts: bigint; pid: number; tid: number; syscallNr: number; ret: number; port: number; addr: string; comm: string }
+  | { type: "send"; ts: bigint; pid: number; tid: number; syscallNr: number; ret: number; port: number; addr: string; sk: bigint; comm: string }
   | { type: "connect"; ts: bigint; pid: number; tid: number; err: number; port: number; addr: string; comm: string }
   | {
       type: "close";
@@ -42,6 +43,7 @@ type Expected =
       retransmits: number;
       port: number;
       addr: string;
+      sk: bigint;
       comm: string;
     }
   | { type: "exec"; ts: bigint; pid: number; cgroup: bigint; comm: string }
@@ -53,7 +55,8 @@ type Expected =
   | { type: "go_reset"; ts: bigint; pid: number; conn: bigint; streamId: number; code: number }
   | { type: "go_goaway"; ts: bigint; pid: number; conn: bigint; lastStreamId: number; code: number }
   | { type: "go_conn_closed"; ts: bigint; pid: number; conn: bigint; state: number; port: number; addr: string }
-  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint };
+  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint }
+  | { type: "tls_close"; ts: bigint; pid: number; sk: bigint; unansweredBytes: number; waitedNs: bigint };
 type Flat<T> = T extends unknown ? { [K in keyof T]: T[K] } : never;
 type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 const recordTypesUnchanged: Same<Flat<PrintfRecord>, Flat<Expected>> = true;
@@ -223,5 +226,45 @@ void describe("the generated Go HTTP/2 program", () => {
     assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [-1] }), /positive integer, got -1/);
     assert.throws(() => renderGoProgram({ binary: '/a "b', families, pids: [1] }), /quotes or spaces: "\/a "b"/);
     assert.throws(() => renderGoProgram({ binary: "/x", families: [], pids: [1] }), /no HTTP\/2 family/);
+  });
+});
+
+void describe("the generated TLS program", () => {
+  const TLS_KINDS = Object.keys(PROBE_FAMILIES.tls) as PrintfKind[];
+  const library = "/host/proc/42/root/usr/lib/x86_64-linux-gnu/libssl.so.3";
+  const text = renderTlsProgram({ library, pids: [42, 7] });
+
+  void it("prints every kind of the TLS family, each printf with the table's fields", () => {
+    assert.deepEqual(printfProblems("tls", text, TLS_KINDS), []);
+  });
+
+  void it("probes OpenSSL's read, write and handshake in that file, and every process-context probe in the chosen pids only", () => {
+    const uprobes = [...text.matchAll(/^(uprobe|uretprobe):(\S+):(\w+) \/(.*)\/ \{$/gm)];
+    assert.deepEqual(uprobes.map(([, kind, , fn]) => `${kind} ${fn}`).sort(), [
+      "uprobe SSL_do_handshake", "uprobe SSL_free", "uprobe SSL_read", "uprobe SSL_read_ex", "uprobe SSL_write", "uprobe SSL_write_ex",
+      "uretprobe SSL_read", "uretprobe SSL_read_ex", "uretprobe SSL_write", "uretprobe SSL_write_ex",
+    ]);
+    for (const [, , file, , filter] of uprobes) {
+      assert.equal(file, library);
+      assert.equal(filter, "pid == 7 || pid == 42");
+    }
+    assert.match(text, /^tracepoint:sock:sock_send_length \/pid == 7 \|\| pid == 42\/ \{$/m, "sockets are learned from the chosen pids' sends only");
+    assert.match(text, /^tracepoint:sock:inet_sock_set_state \{$/m, "a close is seen in any context: a reset comes in softirq");
+  });
+
+  void it("keys per-process state by pid too: two processes of one library share heap addresses", () => {
+    const uses = [...text.matchAll(/@tls_(cur|rd|rdn|wr|wrn|sk)\[([^\]]*)\]/g)];
+    assert.ok(uses.length >= 10, `the program keeps state: ${uses.length} uses`);
+    for (const [use, , key] of uses) assert.match(key!, /^pid, /, use);
+  });
+
+  void it("takes only a read of at least TLS_ANSWER_MIN_BYTES for an answer", () => {
+    assert.equal([...text.matchAll(new RegExp(`if \\(\\$n >= ${TLS_ANSWER_MIN_BYTES}\\)`, "g"))].length, 2, "SSL_read and SSL_read_ex");
+  });
+
+  void it("refuses targets it cannot express, naming the value", () => {
+    assert.throws(() => renderTlsProgram({ library, pids: [] }), /1\.\.64 pids, got 0/);
+    assert.throws(() => renderTlsProgram({ library, pids: [0] }), /positive integer, got 0/);
+    assert.throws(() => renderTlsProgram({ library: "/a b", pids: [1] }), /quotes, spaces or colons: "\/a b"/);
   });
 });

@@ -7,16 +7,16 @@ import { errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts"
 
 const close = (over: Partial<Extract<ProbeRecord, { type: "close" }>>): ProbeRecord => ({
   type: "close", ts: 10n, pid: 7, tid: 8, err: 0, reset: false, closedBy: 0, unansweredBytes: 0, waitedNs: 0n, retransmits: 0,
-  port: 6443, addr: "10.0.0.1", comm: "manager", ...over,
+  port: 6443, addr: "10.0.0.1", sk: 0xffff0001n, comm: "manager", ...over,
 });
 const opts = { unansweredMinBytes: 64 };
 
 describe("judge", () => {
   it("names errno and syscall of a failed send, and calls a zero-byte send by its cause", () => {
-    const failed = judge({ type: "send", ts: 1n, pid: 7, tid: 8, syscallNr: 1, ret: -32, port: 443, addr: "fd00::1", comm: "m" }, opts);
+    const failed = judge({ type: "send", ts: 1n, pid: 7, tid: 8, syscallNr: 1, ret: -32, port: 443, addr: "fd00::1", sk: 1n, comm: "m" }, opts);
     assert.ok(failed.kind === "loss");
     assert.deepEqual([failed.event.cause, failed.event.errno, failed.event.syscall, failed.event.apiserver], ["write_failed", "EPIPE", "write", "[fd00::1]:443"]);
-    const zero = judge({ type: "send", ts: 1n, pid: 7, tid: 8, syscallNr: 44, ret: 0, port: 443, addr: "10.0.0.1", comm: "m" }, opts);
+    const zero = judge({ type: "send", ts: 1n, pid: 7, tid: 8, syscallNr: 44, ret: 0, port: 443, addr: "10.0.0.1", sk: 1n, comm: "m" }, opts);
     assert.ok(zero.kind === "loss");
     assert.deepEqual([zero.event.cause, zero.event.errno, zero.event.syscall], ["zero_byte_write", null, "sendto"]);
   });

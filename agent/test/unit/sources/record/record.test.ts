@@ -19,7 +19,7 @@ const SPANS_BODY = Buffer.from("0a00ff102273746174757320e29c93", "hex"); // bina
 const SESSION_HEADER = {
   kind: "header",
   t: 8150000000000n,
-  version: 1,
+  version: 2,
   node: "n1",
   clockOffsetNs: 1796215694123456789n,
   recordedAt: "2026-12-02T15:04:05.123456Z",
@@ -30,17 +30,19 @@ const SESSION_RECORDS: DataRecord[] = [
   {
     kind: "probe",
     t: 8150023468900n,
-    line: '{"type": "printf", "data": "send 8150023468125 3331 3331 44 -104 6443 127.0.0.1 python3\\n"}',
+    line: '{"type": "printf", "data": "send 8150023468125 3331 3331 44 -104 6443 127.0.0.1 18446612685456223808 python3\\n"}',
   },
   { kind: "spans", t: 8150500000000n, peer: "127.0.0.1:40312", contentType: "application/x-protobuf", body: SPANS_BODY },
   { kind: "clock", t: 8151000000000n, clockOffsetNs: 1796215694123457001n },
   {
     kind: "probe",
     t: 8151000000001n,
-    line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 2 0 0 0 6443 127.0.0.1 python3\\n"}',
+    line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 2 0 0 0 6443 127.0.0.1 18446612685456223808 python3\\n"}',
   },
   { kind: "goAttached", t: 8151000000002n, pid: 4242, attached: true },
   { kind: "goProbe", t: 8151000000003n, line: '{"type": "printf", "data": "go_abort 8151000000000 4242 4243 824635023360 824634818560\\n"}' },
+  { kind: "tlsAttached", t: 8151000000004n, pid: 3331, attached: true },
+  { kind: "tlsProbe", t: 8151000000005n, line: '{"type": "printf", "data": "tls_close 8151000000004 3331 18446612685456223808 504 1250000\\n"}' },
 ];
 
 let dir: string;
@@ -67,6 +69,8 @@ void describe("record writer", () => {
       else if (r.kind === "spans") writer.spans(r.peer, r.contentType, new Uint8Array(r.body), r.t);
       else if (r.kind === "clock") writer.clock(r.clockOffsetNs, r.t);
       else if (r.kind === "goAttached") writer.goAttached(r.pid, r.attached, r.t);
+      else if (r.kind === "tlsAttached") writer.tlsAttached(r.pid, r.attached, r.t);
+      else if (r.kind === "tlsProbe") writer.tlsProbeLine(r.line, r.t);
       else writer.goProbeLine(r.line, r.t);
     }
     await writer.close();
@@ -118,6 +122,18 @@ void describe("record reader", () => {
     assert.equal(reader.badRecords, 0);
   });
 
+  void it("reads a version 1 file with SK 0 in its send and close lines, and every other line as it is", async () => {
+    const path = join(dir, "v1.jsonl");
+    const lines = (await readFile(join(fixtures, "session.jsonl"), "utf8"))
+      .replace('"version":2,', '"version":1,')
+      .replaceAll(" 18446612685456223808 python3", " python3");
+    await writeFile(path, lines);
+    const reader = await openRecordReader(path);
+    assert.equal(reader.header.version, 1);
+    const expected = SESSION_RECORDS.map((r) => (r.kind === "probe" ? { ...r, line: r.line.replace(" 18446612685456223808 python3", " 0 python3") } : r));
+    assert.deepEqual(await collect(reader.records()), expected);
+  });
+
   void it("skips bad records with the line, the key and the value, and keeps the good ones", async () => {
     const bad: BadRecord[] = [];
     const reader = await openRecordReader(join(fixtures, "bad.jsonl"), { onBadRecord: (b) => bad.push(b) });
@@ -130,7 +146,7 @@ void describe("record reader", () => {
       [3, "not JSON (…)"],
       [4, 'key "t": want CLOCK_MONOTONIC nanoseconds as a decimal string, got "10x"'],
       [5, 'key "body": want base64, got "not base64!"'],
-      [6, 'key "kind": want one of header, probe, spans, clock, goProbe, goAttached, got "prob"'],
+      [6, 'key "kind": want one of header, probe, spans, clock, goProbe, goAttached, tlsProbe, tlsAttached, got "prob"'],
       [8, 'unknown key "pid" in a "probe" record'],
       [9, "a second header; the header belongs on line 1 only"],
       [10, 'key "clockOffsetNs": want signed nanoseconds as a decimal string, got 12'],
@@ -148,9 +164,9 @@ void describe("record reader", () => {
     const future = join(dir, "future.jsonl");
     await writeFile(
       future,
-      '{"t":"1","kind":"header","version":2,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
+      '{"t":"1","kind":"header","version":3,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
     );
-    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1, got 2/);
+    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1 or 2, got 3/);
 
     const empty = join(dir, "empty.jsonl");
     await writeFile(empty, "");

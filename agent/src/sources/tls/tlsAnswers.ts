@@ -1,0 +1,155 @@
+// Answers as the TLS client read them, in place of bytes on the wire, for the
+// connections of targets whose OpenSSL a TLS program follows
+// (tlsProbeProgram.ts). On the wire a TLS 1.3 session ticket that arrives
+// after the first request of a fresh connection looks like its answer; the
+// TLS program knows better, and prints, when a connection it follows reaches
+// CLOSE, the plaintext bytes still unanswered (tls_close).
+//
+// Both programs print at the same kernel event, from two bpftrace processes,
+// so their lines arrive in either order. The socket probe's send and close
+// lines of a followed process wait here (in arrival order) until the TLS
+// verdict for the same socket (SK) is in, or `holdNs` has passed: a close
+// then carries the TLS program's unanswered bytes and wait, and is judged as
+// any other. A socket that closed with a request the TLS program saw
+// unanswered, where the bytes on the wire had looked answered, is this
+// socket's one loss: a failed send on it later is counted by the kernel and
+// not reported again (the kernel's own mark did not see it die).
+import type { PrintfRecordOf } from "../probe/probeLines.ts";
+import type { ProbeRecord } from "../probe/probeOutput.ts";
+
+export type TlsCloseRecord = PrintfRecordOf<"tls_close">;
+
+export interface TlsAnswersOptions {
+  /** A socket probe record, its close with the TLS verdict when there was one: on to be judged. */
+  release: (record: ProbeRecord) => void;
+  /** The agent's --unanswered-min-bytes: a close leaving this much unanswered is a loss. */
+  unansweredMinBytes: number;
+  /** How long a record waits for its socket's TLS verdict (default 50 ms). */
+  holdNs?: bigint;
+  /** Records waiting, verdicts waiting, sockets remembered dead (default 4096 each). */
+  capacity?: number;
+  /** Something did not fit: lostwrite_events_dropped_total's reason. */
+  onDrop: (reason: "capacity") => void;
+}
+
+type SocketRecord = PrintfRecordOf<"send"> | PrintfRecordOf<"close">;
+
+/** How long a verdict, or a socket the TLS program saw die, is kept for a line that may still name it. */
+const REMEMBER_NS = 60_000_000_000n;
+
+export class TlsAnswers {
+  readonly #o: Required<TlsAnswersOptions>;
+  readonly #followed = new Set<number>();
+  readonly #waiting: SocketRecord[] = [];
+  /** sk → the TLS program's verdict, until its close line comes. */
+  readonly #verdicts = new Map<bigint, TlsCloseRecord>();
+  /** sk → when the TLS program saw it die with a request unanswered that the wire had taken for answered. */
+  readonly #deadByTls = new Map<bigint, bigint>();
+  #latestNs = 0n;
+
+  constructor(opts: TlsAnswersOptions) {
+    this.#o = { holdNs: 50_000_000n, capacity: 4096, ...opts };
+  }
+
+  /** Records of `pid` wait for its TLS verdicts from now on (true), or no longer (false). */
+  setAttached(pid: number, attached: boolean): void {
+    if (attached) this.#followed.add(pid);
+    else this.#followed.delete(pid);
+  }
+
+  get busy(): boolean {
+    return this.#waiting.length > 0;
+  }
+
+  get size(): { waiting: number; verdicts: number } {
+    return { waiting: this.#waiting.length, verdicts: this.#verdicts.size };
+  }
+
+  /** The TLS program's verdict for one socket. */
+  addVerdict(record: TlsCloseRecord): void {
+    this.#see(record.ts);
+    if (this.#verdicts.size >= this.#o.capacity) this.#evictOldest(this.#verdicts);
+    this.#verdicts.set(record.sk, record);
+    this.drain(this.#latestNs);
+  }
+
+  /** True when the record is taken: it comes back through `release`, in order. */
+  offer(record: ProbeRecord): boolean {
+    if (record.type !== "send" && record.type !== "close") return false;
+    if (!this.#followed.has(record.pid) && this.#waiting.length === 0) return this.#releaseSend(record);
+    this.#see(record.ts);
+    if (this.#waiting.length >= this.#o.capacity) {
+      // Judged now, by the bytes on the wire, rather than lost.
+      this.#o.onDrop("capacity");
+      this.#release(this.#waiting.shift()!);
+    }
+    this.#waiting.push(record);
+    this.drain(this.#latestNs);
+    return true;
+  }
+
+  /** Releases what is decided: every record before the first close still waiting for its verdict within `holdNs`. */
+  drain(nowNs: bigint): void {
+    while (this.#waiting.length > 0) {
+      const head = this.#waiting[0]!;
+      if (head.type === "close" && this.#followed.has(head.pid) && !this.#verdicts.has(head.sk) && nowNs - head.ts < this.#o.holdNs) break;
+      this.#waiting.shift();
+      this.#release(head);
+    }
+    this.#forgetOlderThan(nowNs - REMEMBER_NS);
+  }
+
+  /** Releases everything (the agent is stopping, or replay is done). */
+  flush(): void {
+    while (this.#waiting.length > 0) this.#release(this.#waiting.shift()!);
+  }
+
+  #see(ts: bigint): void {
+    if (ts > this.#latestNs) this.#latestNs = ts;
+  }
+
+  /** A send not waiting behind anything: folded if its socket died in the TLS program's eyes, else passed on. */
+  #releaseSend(record: SocketRecord): boolean {
+    if (record.type === "send" && record.ret < 0 && this.#deadByTls.has(record.sk)) return true; // counted in the kernel, reported once
+    return false;
+  }
+
+  #release(record: SocketRecord): void {
+    if (record.type === "send") {
+      if (!this.#releaseSend(record)) this.#o.release(record);
+      return;
+    }
+    const verdict = this.#verdicts.get(record.sk);
+    if (verdict === undefined || verdict.pid !== record.pid) {
+      this.#o.release(record);
+      return;
+    }
+    this.#verdicts.delete(record.sk);
+    const min = this.#o.unansweredMinBytes;
+    if (verdict.unansweredBytes >= min && record.unansweredBytes < min) {
+      if (this.#deadByTls.size >= this.#o.capacity) this.#evictOldest(this.#deadByTls);
+      this.#deadByTls.set(record.sk, record.ts);
+    } else {
+      // A socket address closing again is a new connection: whatever was remembered of the old one goes.
+      this.#deadByTls.delete(record.sk);
+    }
+    this.#o.release({ ...record, unansweredBytes: verdict.unansweredBytes, waitedNs: verdict.waitedNs });
+  }
+
+  #forgetOlderThan(limitNs: bigint): void {
+    for (const [sk, verdict] of this.#verdicts) {
+      if (verdict.ts >= limitNs) break;
+      this.#verdicts.delete(sk); // a TLS connection the socket probe does not follow (not to an apiserver)
+    }
+    for (const [sk, ts] of this.#deadByTls) {
+      if (ts >= limitNs) break;
+      this.#deadByTls.delete(sk);
+    }
+  }
+
+  #evictOldest(map: Map<bigint, unknown>): void {
+    const oldest = map.keys().next();
+    if (oldest.done !== true) map.delete(oldest.value);
+    this.#o.onDrop("capacity");
+  }
+}

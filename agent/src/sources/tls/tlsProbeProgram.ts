@@ -1,0 +1,116 @@
+// The bpftrace program that reads, for the targets using one OpenSSL (a
+// libssl.so a process mapped, or an executable with OpenSSL linked in, as
+// node's), whether the requests they wrote through it were answered: what
+// SSL_read handed the caller, not what arrived on the socket. Its one line
+// is the tls family of probeLines.ts.
+//
+// Why: on a fresh TLS 1.3 connection the server's session tickets can arrive
+// after the first request (always from OpenSSL servers; from Go's, the
+// apiserver's, when it asks for a client certificate). On the wire a ticket
+// looks like an answer; OpenSSL consumes it and SSL_read returns nothing.
+//
+// Which socket an SSL object writes to is learned from the first TCP send on
+// its thread after a call on it: python's socket BIO sends its ClientHello
+// inside SSL_do_handshake, node's memory BIO right after the SSL call that
+// started the handshake (measured: node's first call on a new connection is
+// SSL_read, and it writes the request with SSL_write nested inside it).
+//
+// Per socket the program keeps the request in flight (@tls_since, @tls_bytes):
+// from the first successful SSL_write after the last answer, with its
+// plaintext bytes, until
+// an SSL_read returns at least TLS_ANSWER_MIN_BYTES. When the socket reaches
+// CLOSE it prints what is still unanswered; the agent puts that in place of
+// the socket probe's own count for the same socket (tlsAnswers.ts).
+//
+// Uprobes are per file: every process that maps this file takes the trap on
+// these functions, the pid filter comes after. The send probe runs for every
+// socket send on the node and leaves at the pid filter.
+
+/** Pids one program filters on, at most: the predicate is a chain of comparisons. */
+export const MAX_TLS_PIDS_PER_PROGRAM = 64;
+
+/**
+ * The smallest SSL_read that is an answer: the socket path's 96-byte data
+ * segment less a TLS 1.3 record's 22 bytes. What an HTTP/2 server writes on
+ * its own (SETTINGS, WINDOW_UPDATE, SETTINGS ACK, PING: 9 to 46 bytes of
+ * plaintext from Go's) stays below it; an apiserver's response headers alone
+ * are over 200 bytes.
+ */
+export const TLS_ANSWER_MIN_BYTES = 74;
+
+export interface TlsProbeTarget {
+  /** What bpftrace attaches to: the OpenSSL file as this agent can open it, e.g. /host/proc/4242/root/usr/lib/x86_64-linux-gnu/libssl.so.3. */
+  library: string;
+  /** Host pids using that file and chosen as targets (at most MAX_TLS_PIDS_PER_PROGRAM). */
+  pids: readonly number[];
+}
+
+/** The predicate of every process-context probe: only the chosen pids report. */
+function pidFilter(pids: readonly number[]): string {
+  if (pids.length === 0 || pids.length > MAX_TLS_PIDS_PER_PROGRAM) {
+    throw new RangeError(`a TLS probe program takes 1..${MAX_TLS_PIDS_PER_PROGRAM} pids, got ${pids.length}`);
+  }
+  for (const pid of pids) if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`TLS probe target pid: expected a positive integer, got ${pid}`);
+  return [...pids].sort((a, b) => a - b).map((pid) => `pid == ${pid}`).join(" || ");
+}
+
+/** $ssl wrote $n plaintext bytes: a request starts, or goes on, on its socket. */
+const WROTE = `
+		$sk = @tls_sk[pid, $ssl];
+		if ($sk != 0) {
+			if (@tls_owner[$sk] == 0) {
+				@tls_owner[$sk] = (uint64)pid;
+			}
+			if (@tls_since[$sk] == 0) {
+				@tls_since[$sk] = nsecs;
+			}
+			@tls_bytes[$sk] = @tls_bytes[$sk] + $n;
+		}`;
+
+/** $ssl handed its caller $n plaintext bytes: an answer when large enough. */
+const READ = `
+		if ($n >= ${TLS_ANSWER_MIN_BYTES}) {
+			$sk = @tls_sk[pid, $ssl];
+			if ($sk != 0) {
+				delete(@tls_since[$sk]);
+				delete(@tls_bytes[$sk]);
+			}
+		}`;
+
+/** The program text; bpftrace runs it as `bpftrace -f json FILE AGENT_PID`. */
+export function renderTlsProgram(target: TlsProbeTarget): string {
+  if (/["\s:]/.test(target.library)) throw new RangeError(`TLS probe library path must not hold quotes, spaces or colons: "${target.library}"`);
+  const filter = pidFilter(target.pids);
+  const lib = target.library;
+  const probes = [
+    // The thread's SSL now: its next TCP send belongs to this SSL's socket, if that is not known yet.
+    `uprobe:${lib}:SSL_do_handshake /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n}`,
+    `uprobe:${lib}:SSL_read /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n}`,
+    `uretprobe:${lib}:SSL_read /${filter}/ {\n\t$ssl = @tls_rd[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\t$n = (int64)(int32)retval;${READ}\n}`,
+    // SSL_read_ex(ssl, buf, num, size_t *readbytes) returns 1 on success.
+    `uprobe:${lib}:SSL_read_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n\t@tls_rdn[pid, tid] = arg3;\n}`,
+    `uretprobe:${lib}:SSL_read_ex /${filter}/ {\n\t$ssl = @tls_rd[pid, tid];\n\t$p = @tls_rdn[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\t$n = (int64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = (int64)*(uint64 *)$p;\n\t}${READ}\n}`,
+    `uprobe:${lib}:SSL_write /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n}`,
+    `uretprobe:${lib}:SSL_write /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval > 0) {\n\t\t$n = (uint64)(int32)retval;\n\t}\n\tif ($n > 0) {${WROTE}\n\t}\n}`,
+    // SSL_write_ex(ssl, buf, num, size_t *written) returns 1 on success.
+    `uprobe:${lib}:SSL_write_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t@tls_wrn[pid, tid] = arg3;\n}`,
+    `uretprobe:${lib}:SSL_write_ex /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\t$p = @tls_wrn[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = *(uint64 *)$p;\n\t}\n\tif ($n > 0) {${WROTE}\n\t}\n}`,
+    // A freed SSL's address may be the next one's.
+    `uprobe:${lib}:SSL_free /${filter}/ {\n\tdelete(@tls_sk[pid, arg0]);\n\t$cur = @tls_cur[pid, tid];\n\tif ($cur == arg0) {\n\t\tdelete(@tls_cur[pid, tid]);\n\t}\n}`,
+    // bpftrace 0.17's verifier rejects a read of args after a branch: copy them first.
+    `tracepoint:sock:sock_send_length /${filter}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t}\n\t}\n}`,
+    // A followed socket reached CLOSE (in any context: a reset is handled in softirq).
+    `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu\\n", nsecs, $owner, $skp, @tls_bytes[$skp], $waited);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
+    // A thread leaving: its per-thread entries go with it.
+    `tracepoint:sched:sched_process_exit /${filter}/ {\n\tdelete(@tls_cur[pid, tid]);\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n}`,
+  ];
+  return [
+    "// Generated by lostwrite for one OpenSSL: see agent/src/sources/tls/tlsProbeProgram.ts.",
+    `// Pids: ${[...target.pids].join(", ")}.`,
+    `BEGIN { printf("hello %llu %d\\n", nsecs, $1); }`,
+    `interval:s:1 { printf("tick %llu\\n", nsecs); }`,
+    ...probes,
+    `END {\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes);\n}`,
+    "",
+  ].join("\n\n");
+}
