@@ -69,8 +69,9 @@ export const PROBE_FAMILIES = {
     hello: HELLO,
     // A connection whose requests went through OpenSSL reached CLOSE: the
     // plaintext bytes written since the last answer the client read (0: all
-    // answered), and how long the oldest of them waited.
-    tls_close: { ts: "u64", pid: "int", sk: "u64", unansweredBytes: "int", waitedNs: "u64" },
+    // answered), how long the oldest of them waited, and whether the server
+    // had ended the session (its close_notify read: SSL_ERROR_ZERO_RETURN).
+    tls_close: { ts: "u64", pid: "int", sk: "u64", unansweredBytes: "int", waitedNs: "u64", peerClosed: "bool" },
     tick: TICK,
   },
 } as const satisfies Record<string, Record<string, Record<string, FieldType>>>;

@@ -10,7 +10,9 @@
 // lines of a followed process wait here (in arrival order) until the TLS
 // verdict for the same socket (SK) is in, or `holdNs` has passed: a close
 // then carries the TLS program's unanswered bytes and wait, and is judged as
-// any other. A socket that closed with a request the TLS program saw
+// any other. Who closed it, too, where TLS knows better than TCP: a client
+// that read the server's close_notify and closed its socket sent the first
+// FIN, but the server ended the connection. A socket that closed with a request the TLS program saw
 // unanswered, where the bytes on the wire had looked answered, is this
 // socket's one loss: a failed send on it later is counted by the kernel and
 // not reported again (the kernel's own mark did not see it die).
@@ -33,6 +35,10 @@ export interface TlsAnswersOptions {
 }
 
 type SocketRecord = PrintfRecordOf<"send"> | PrintfRecordOf<"close">;
+
+/** The close line's CLOSED_BY: 1 the target, 2 the apiserver. */
+const CLOSED_BY_CLIENT = 1;
+const CLOSED_BY_SERVER = 2;
 
 /** How long a verdict, or a socket the TLS program saw die, is kept for a line that may still name it. */
 const REMEMBER_NS = 60_000_000_000n;
@@ -133,7 +139,9 @@ export class TlsAnswers {
       // A socket address closing again is a new connection: whatever was remembered of the old one goes.
       this.#deadByTls.delete(record.sk);
     }
-    this.#o.release({ ...record, unansweredBytes: verdict.unansweredBytes, waitedNs: verdict.waitedNs });
+    // The client's FIN that follows the server's close_notify answers it: the server ended the connection.
+    const closedBy = verdict.peerClosed && record.closedBy === CLOSED_BY_CLIENT ? CLOSED_BY_SERVER : record.closedBy;
+    this.#o.release({ ...record, unansweredBytes: verdict.unansweredBytes, waitedNs: verdict.waitedNs, closedBy });
   }
 
   #forgetOlderThan(limitNs: bigint): void {

@@ -56,7 +56,7 @@ type Expected =
   | { type: "go_goaway"; ts: bigint; pid: number; conn: bigint; lastStreamId: number; code: number }
   | { type: "go_conn_closed"; ts: bigint; pid: number; conn: bigint; state: number; port: number; addr: string }
   | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint }
-  | { type: "tls_close"; ts: bigint; pid: number; sk: bigint; unansweredBytes: number; waitedNs: bigint };
+  | { type: "tls_close"; ts: bigint; pid: number; sk: bigint; unansweredBytes: number; waitedNs: bigint; peerClosed: boolean };
 type Flat<T> = T extends unknown ? { [K in keyof T]: T[K] } : never;
 type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 const recordTypesUnchanged: Same<Flat<PrintfRecord>, Flat<Expected>> = true;
@@ -241,8 +241,8 @@ void describe("the generated TLS program", () => {
   void it("probes OpenSSL's read, write and handshake in that file, and every process-context probe in the chosen pids only", () => {
     const uprobes = [...text.matchAll(/^(uprobe|uretprobe):(\S+):(\w+) \/(.*)\/ \{$/gm)];
     assert.deepEqual(uprobes.map(([, kind, , fn]) => `${kind} ${fn}`).sort(), [
-      "uprobe SSL_do_handshake", "uprobe SSL_free", "uprobe SSL_read", "uprobe SSL_read_ex", "uprobe SSL_write", "uprobe SSL_write_ex",
-      "uretprobe SSL_read", "uretprobe SSL_read_ex", "uretprobe SSL_write", "uretprobe SSL_write_ex",
+      "uprobe SSL_do_handshake", "uprobe SSL_free", "uprobe SSL_get_error", "uprobe SSL_read", "uprobe SSL_read_ex", "uprobe SSL_write", "uprobe SSL_write_ex",
+      "uretprobe SSL_get_error", "uretprobe SSL_read", "uretprobe SSL_read_ex", "uretprobe SSL_write", "uretprobe SSL_write_ex",
     ]);
     for (const [, , file, , filter] of uprobes) {
       assert.equal(file, library);
@@ -253,7 +253,7 @@ void describe("the generated TLS program", () => {
   });
 
   void it("keys per-process state by pid too: two processes of one library share heap addresses", () => {
-    const uses = [...text.matchAll(/@tls_(cur|rd|rdn|wr|wrn|sk)\[([^\]]*)\]/g)];
+    const uses = [...text.matchAll(/@tls_(cur|rd|rdn|wr|wrn|ge|sk)\[([^\]]*)\]/g)];
     assert.ok(uses.length >= 10, `the program keeps state: ${uses.length} uses`);
     for (const [use, , key] of uses) assert.match(key!, /^pid, /, use);
   });

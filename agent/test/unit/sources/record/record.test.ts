@@ -42,7 +42,7 @@ const SESSION_RECORDS: DataRecord[] = [
   { kind: "goAttached", t: 8151000000002n, pid: 4242, attached: true },
   { kind: "goProbe", t: 8151000000003n, line: '{"type": "printf", "data": "go_abort 8151000000000 4242 4243 824635023360 824634818560\\n"}' },
   { kind: "tlsAttached", t: 8151000000004n, pid: 3331, attached: true },
-  { kind: "tlsProbe", t: 8151000000005n, line: '{"type": "printf", "data": "tls_close 8151000000004 3331 18446612685456223808 504 1250000\\n"}' },
+  { kind: "tlsProbe", t: 8151000000005n, line: '{"type": "printf", "data": "tls_close 8151000000004 3331 18446612685456223808 504 1250000 0\\n"}' },
 ];
 
 let dir: string;

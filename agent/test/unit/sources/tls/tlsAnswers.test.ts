@@ -18,7 +18,7 @@ const close = (over: Partial<PrintfRecordOf<"close">> = {}): PrintfRecordOf<"clo
 const send = (over: Partial<PrintfRecordOf<"send">> = {}): PrintfRecordOf<"send"> => ({
   type: "send", ts: 101n * MS, pid: PID, tid: PID, syscallNr: 44, ret: -32, port: 6443, addr: "127.0.0.1", sk: SK, comm: "python3", ...over,
 });
-const verdict = (over: Partial<TlsCloseRecord> = {}): TlsCloseRecord => ({ type: "tls_close", ts: 100n * MS + 300n, pid: PID, sk: SK, unansweredBytes: 504, waitedNs: 400_000n, ...over });
+const verdict = (over: Partial<TlsCloseRecord> = {}): TlsCloseRecord => ({ type: "tls_close", ts: 100n * MS + 300n, pid: PID, sk: SK, unansweredBytes: 504, waitedNs: 400_000n, peerClosed: false, ...over });
 
 function setup() {
   const released: ProbeRecord[] = [];
@@ -55,6 +55,18 @@ void describe("TLS answers", { timeout: 10_000 }, () => {
     handle(close({ unansweredBytes: 620, waitedNs: 9n }));
     handle(verdict({ unansweredBytes: 0, waitedNs: 0n }));
     assert.deepEqual(released, [close({ unansweredBytes: 0, waitedNs: 0n })]);
+  });
+
+  void it("says the server closed when the client's FIN answered the server's close_notify", () => {
+    const { answers, released, handle } = setup();
+    answers.setAttached(PID, true);
+    handle(close({ err: 0, reset: false, closedBy: 1 }));
+    handle(verdict({ peerClosed: true }));
+    assert.deepEqual(released, [close({ err: 0, reset: false, closedBy: 2, unansweredBytes: 504, waitedNs: 400_000n })]);
+    // Without a close_notify read, the client's FIN is the client's.
+    handle(close({ ts: 200n * MS, err: 0, reset: false, closedBy: 1 }));
+    handle(verdict({ ts: 200n * MS }));
+    assert.equal((released.at(-1) as PrintfRecordOf<"close">).closedBy, 1);
   });
 
   void it("judges a close with no verdict by the wire once it has waited holdNs (a socket the TLS program did not follow)", () => {
