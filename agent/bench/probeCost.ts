@@ -27,6 +27,11 @@
 //             whose requests its Go probe reads: the target marked
 //             request-level, its successful sends left after one lookup
 //             (bpftrace alone, as the bench's target is no Go binary).
+//   tlsFollowed  the agent, sockets, and beside it the TLS program it runs
+//             for a target on OpenSSL (on the system's libssl, following
+//             the target): the second program on sock_send_length every
+//             send pays. The target calls no OpenSSL: its uprobes' cost per
+//             SSL call is not in this table.
 //   syscalls  the same, --probe-variant syscalls.
 //   strace    strace -f -qq -e trace=write -o /dev/null -p TARGET: ptrace
 //             stops the target at every syscall, send()s included (no
@@ -95,7 +100,7 @@ import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
 import { textTable } from "./textTable.ts";
-import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startRequestLevelProbe, startStrace, straceArgs, type ToolRun } from "./toolRun.ts";
+import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startRequestLevelProbe, startStrace, straceArgs, withTlsProgram, type ToolRun } from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -135,6 +140,13 @@ const CONFIGURATIONS: Configuration[] = [
     what: "the agent's sockets program with the target marked as its Go probe marks a Go operator's (its successful sends left alone)",
     needs: ["bpftool"],
     start: (targetPid, apiserver) => startRequestLevelProbe(targetPid, apiserver),
+  },
+  {
+    key: "tlsFollowed",
+    label: "sockets + TLS program",
+    what: "lostwrite agent --probe-variant sockets, and beside it the TLS program it runs for a target on OpenSSL, following the target",
+    needs: ["bpftool"],
+    start: async (targetPid, apiserver) => withTlsProgram(await startAgentRun({ targetPid, apiserver, variant: "sockets" }), targetPid),
   },
   { key: "syscalls", label: "agent: syscalls", what: "lostwrite agent --probe-variant syscalls", needs: [], start: agent("syscalls") },
   {

@@ -8,6 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseEndpoint } from "../src/sources/probe/endpointKey.ts";
 import { bpftraceEnv, renderProgram, REQUIRED_TRACEPOINTS } from "../src/sources/probe/probeProgram.ts";
+import { renderTlsProgram } from "../src/sources/tls/tlsProbeProgram.ts";
 import { cpuSeconds, liveComm, sleep } from "./agentRun.ts";
 
 const READY_TIMEOUT_MS = 30_000;
@@ -88,6 +89,40 @@ export async function startRequestLevelProbe(targetPid: number, apiserver: strin
       await run.stop();
       rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/** The system's libssl, which the TLS program of a python target would probe. */
+export const SYSTEM_LIBSSL = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
+
+/**
+ * `first` and, beside it, the TLS program the agent runs for a target on
+ * OpenSSL (agent/src/sources/tls/tlsProbeProgram.ts), on the system's libssl
+ * and following the target: what a send pays while both run. The target's
+ * loop calls no OpenSSL, so its uprobes never fire; the per-call cost of
+ * those is not measured here.
+ */
+export async function withTlsProgram(first: ToolRun, targetPid: number): Promise<ToolRun> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-tls-"));
+  const file = path.join(dir, "tls.bt");
+  writeFileSync(file, renderTlsProgram({ library: SYSTEM_LIBSSL, pids: [targetPid] }));
+  let tls: ToolRun;
+  try {
+    tls = await runBpftrace([file, "0"], ["sock:sock_send_length", "sock:inet_sock_set_state"], `bpftrace ${file}`);
+  } catch (error) {
+    await first.stop();
+    throw error;
+  }
+  return {
+    bpftrace: () => [...first.bpftrace(), ...tls.bpftrace()],
+    cpuSeconds: () => first.cpuSeconds() + tls.cpuSeconds(),
+    stop: async () => {
+      await tls.stop();
+      await first.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+    ...(first.countedWrites ? { countedWrites: () => first.countedWrites!() } : {}),
+    ...(first.restarts ? { restarts: () => first.restarts!() } : {}),
   };
 }
 

@@ -20,8 +20,14 @@ const LIBSSL = /\s(\/\S*\/libssl\.so(?:\.[\d.]+)?)$/m;
 /** The functions the TLS program probes; an executable exporting them carries its own OpenSSL. */
 const EXPORTED = ["SSL_read", "SSL_write", "SSL_do_handshake"];
 
+/** Executables looked at, dev:inode → whether they export OpenSSL: a target without it is looked at again, its binary need not be. */
+export type ExportsCache = Map<string, boolean>;
+
+/** Executables remembered at most. */
+const EXPORTS_CACHE_CAPACITY = 1024;
+
 /** Where `pid`'s OpenSSL is, or why none is found (yet: python maps libssl when it first imports ssl). */
-export async function openSslOf(procRoot: string, pid: number): Promise<OpenSsl | string> {
+export async function openSslOf(procRoot: string, pid: number, exportsCache: ExportsCache = new Map()): Promise<OpenSsl | string> {
   const dir = path.join(procRoot, String(pid));
   let maps: string;
   try {
@@ -31,13 +37,23 @@ export async function openSslOf(procRoot: string, pid: number): Promise<OpenSsl 
   }
   const mapped = LIBSSL.exec(maps)?.[1];
   const file = mapped !== undefined ? path.join(dir, "root", mapped) : path.join(dir, "exe");
-  if (mapped === undefined && !(await exportsOpenSsl(file))) return "no OpenSSL mapped";
+  let key: string;
   try {
     const info = await stat(file);
-    return { path: file, key: `${info.dev}:${info.ino}` };
+    key = `${info.dev}:${info.ino}`;
   } catch (error) {
     return `cannot read ${file}: ${String(error)}`;
   }
+  if (mapped === undefined) {
+    let exports = exportsCache.get(key);
+    if (exports === undefined) {
+      exports = await exportsOpenSsl(file);
+      if (exportsCache.size >= EXPORTS_CACHE_CAPACITY) exportsCache.delete(exportsCache.keys().next().value!);
+      exportsCache.set(key, exports);
+    }
+    if (!exports) return "no OpenSSL mapped";
+  }
+  return { path: file, key };
 }
 
 /** Whether an executable's dynamic symbol names include OpenSSL's (node exports them for addons). */

@@ -11,7 +11,7 @@ import type { AgentMetrics } from "../../sinks/metrics.ts";
 import { BpftraceSupervisor } from "../probe/bpftraceSupervisor.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
-import { openSslOf } from "./openSslOf.ts";
+import { openSslOf, type ExportsCache } from "./openSslOf.ts";
 import type { TlsAnswers } from "./tlsAnswers.ts";
 import { MAX_TLS_PIDS_PER_PROGRAM, renderTlsProgram } from "./tlsProbeProgram.ts";
 
@@ -52,6 +52,7 @@ export class TlsProbes {
   readonly #libraryOf = new Map<number, string>();
   /** Targets with no OpenSSL found yet. */
   readonly #pending = new Set<number>();
+  readonly #exportsCache: ExportsCache = new Map();
   #ticker: AdaptiveTicker | null = null;
   #recheck: NodeJS.Timeout | null = null;
   #work: Promise<void> = Promise.resolve();
@@ -100,7 +101,7 @@ export class TlsProbes {
     }
     for (const { pid } of added) {
       if (this.#libraryOf.has(pid)) continue;
-      const found = await openSslOf(this.#o.procRoot, pid);
+      const found = await openSslOf(this.#o.procRoot, pid, this.#exportsCache);
       if (typeof found === "string") {
         // Rechecked later, while it is a target; the maps of a process gone say so.
         if (found.startsWith("cannot read its maps")) this.#pending.delete(pid);
