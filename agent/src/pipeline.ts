@@ -174,16 +174,20 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     onInstance: () => judged.counters.reset(),
   });
 
+  // What the per-file uprobe programs (Go requests, TLS answers) need of the agent.
+  const uprobeContext = {
+    bpftrace: config.bpftrace,
+    procRoot: config["proc-root"],
+    agentHostPid: self.hostPid,
+    metrics,
+    log,
+    // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
+    nowNs: () => process.hrtime.bigint(),
+  };
   const goProbes = config["go-probes"]
     ? new GoProbes({
+        ...uprobeContext,
         requests: goRequests,
-        bpftrace: config.bpftrace,
-        procRoot: config["proc-root"],
-        agentHostPid: self.hostPid,
-        metrics,
-        log,
-        // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
-        nowNs: () => process.hrtime.bigint(),
         ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}),
       })
     : null;
@@ -192,15 +196,10 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   // 1.3 session ticket arriving after the first request is no answer.
   const tlsProbes = config["tls-probes"]
     ? new TlsProbes({
+        ...uprobeContext,
         answers: judged.tlsAnswers,
         onVerdict: (record) => probeRecords.push(record),
         onAttached: (pid, attached) => recorder?.tlsAttached(pid, attached),
-        bpftrace: config.bpftrace,
-        procRoot: config["proc-root"],
-        agentHostPid: self.hostPid,
-        metrics,
-        log,
-        nowNs: () => process.hrtime.bigint(),
         ...(recorder ? { onLine: (line: string) => recorder.tlsProbeLine(line) } : {}),
       })
     : null;
