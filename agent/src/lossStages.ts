@@ -16,7 +16,7 @@ import { errnoName, judge } from "./sources/probe/socketEvents.ts";
 import { syscallName } from "./vocabulary/syscalls.ts";
 import { GoRequests, type GoRequest } from "./sources/goHttp2/goRequests.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";
-import { TlsAnswers } from "./sources/tls/tlsAnswers.ts";
+import { TlsAnswers, type TlsAttachment } from "./sources/tls/tlsAnswers.ts";
 
 export interface LossStagesOptions {
   config: Config;
@@ -85,8 +85,10 @@ export function buildLossStages(opts: LossStagesOptions) {
     onDrop: (reason) => opts.onDrop?.("tls_answers", reason),
   });
 
-  const handleRecord = (record: ProbeRecord): void => {
-    if (record.type === "tls_close") tlsAnswers.addVerdict(record);
+  /** A probe record, or a TLS program's attachment, in the order they came. */
+  const handleRecord = (record: ProbeRecord | TlsAttachment): void => {
+    if (record.type === "tls_attached") tlsAnswers.setAttached(record.pid, record.attached);
+    else if (record.type === "tls_close") tlsAnswers.addVerdict(record);
     else if (!tlsAnswers.offer(record)) judgeRecord(record);
   };
 

@@ -36,6 +36,7 @@ import { GoProbes } from "./sources/goHttp2/goProbes.ts";
 import { TlsProbes } from "./sources/tls/tlsProbes.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
+import type { TlsAttachment } from "./sources/tls/tlsAnswers.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
@@ -145,7 +146,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
   });
   // bpftrace output is read as fast as it comes; the queues absorb bursts.
-  const probeRecords = new BoundedQueue<ProbeRecord>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
+  const probeRecords = new BoundedQueue<ProbeRecord | TlsAttachment>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
   const spans = new BoundedQueue<IndexedSpan[]>({
     name: "spansToCorrelator",
     capacity: 1024,
@@ -199,7 +200,11 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         ...uprobeContext,
         answers: judged.tlsAnswers,
         onVerdict: (record) => probeRecords.push(record),
-        onAttached: (pid, attached) => recorder?.tlsAttached(pid, attached),
+        // In the records' queue, in the order recorded: applied between the same records live and in replay.
+        onAttached: (pid, attached) => {
+          probeRecords.push({ type: "tls_attached", pid, attached });
+          recorder?.tlsAttached(pid, attached);
+        },
         ...(recorder ? { onLine: (line: string) => recorder.tlsProbeLine(line) } : {}),
       })
     : null;

@@ -118,7 +118,11 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
 
   for await (const record of reader.records()) {
     advanceTo(record.t);
-    if (record.kind === "clock") continue; // the live agent's correlator saw the offset it had when the spans came
+    if (record.kind === "clock") {
+      // The live agent turned kernel times into wall times with this offset from here on (every 60 s).
+      clock.useRecordedOffset(record.clockOffsetNs);
+      continue;
+    }
     if (record.kind === "goAttached") {
       goRequests.setAttached(record.pid, record.attached, record.t);
       continue;
@@ -129,7 +133,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       continue;
     }
     if (record.kind === "tlsAttached") {
-      stages.tlsAnswers.setAttached(record.pid, record.attached);
+      stages.handleRecord({ type: "tls_attached", pid: record.pid, attached: record.attached });
       continue;
     }
     if (record.kind === "tlsProbe") {

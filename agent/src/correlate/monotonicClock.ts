@@ -53,6 +53,12 @@ export class MonotonicClock {
     return this.#offsetNs;
   }
 
+  /** Replay: from here on, the offset the recorded agent measured anew (a `clock` record). */
+  useRecordedOffset(offsetNs: bigint): void {
+    this.#offsetNs = offsetNs;
+    this.#lastSample = { offsetNs, rttNs: 0n };
+  }
+
   get lastSample(): ClockSample {
     return this.#lastSample;
   }

@@ -19,7 +19,9 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { buildGoTlsServer } from "../../../testbed/go-tls-server/build.ts";
+import { repoPath } from "../repoPath.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
 const CLIENTS = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients");
@@ -65,12 +67,15 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
       );
     }
     // Every client carries "fresh_tls" or "fresh_h2" in its command line; the agent follows them from exec.
-    agent = await startAgentProcess([
-      "--target-cmdline", "fresh_(tls|h2)",
-      ...[...ports.values()].flatMap((port) => ["--apiserver", `127.0.0.1:${port}`]),
-      "--correlation-window", "500ms",
-    ]);
+    agent = await startAgentProcess([...agentArgs(), "--record", recording()]);
   });
+
+  const recording = (): string => path.join(dir, "fresh-tls.jsonl");
+  const agentArgs = (): string[] => [
+    "--target-cmdline", "fresh_(tls|h2)",
+    ...[...ports.values()].flatMap((port) => ["--apiserver", `127.0.0.1:${port}`]),
+    "--correlation-window", "500ms",
+  ];
 
   after(async () => {
     for (const server of servers) server.kill();
@@ -79,18 +84,22 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
   });
 
   /** Runs one client until it reports; it acts once the agent watches it. */
-  async function runClient(command: string, args: string[]): Promise<{ pid: number; outcome: Outcome }> {
+  async function runClient(command: string, args: string[], watcher: AgentProcess = agent): Promise<{ pid: number; outcome: Outcome }> {
     const child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
     let out = "";
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
-    await waitFor(`the agent to watch ${command} [${child.pid}]`, () => agent.stderr.some((l) => l.includes(`[${child.pid}]`) && l.includes("targets changed")));
+    await waitFor(`the agent to watch ${command} [${child.pid}]`, () => watcher.stderr.some((l) => l.includes(`[${child.pid}]`) && l.includes("targets changed")));
     // And to read its OpenSSL: python's libssl, node's own.
     const inPids = new RegExp(`"pids":\\[(\\d+,)*${child.pid}[,\\]]`);
-    await waitFor(`the TLS probe of ${command} [${child.pid}]`, () => agent.stderr.some((l) => l.includes("TLS probe attached") && inPids.test(l)));
+    await waitFor(`the TLS probe of ${command} [${child.pid}]`, () => watcher.stderr.some((l) => l.includes("TLS probe attached") && inPids.test(l)));
     child.stdin.write("go\n");
     child.stdin.end();
     assert.equal(await exited, 0, `client failed: ${out}`);
+    // The program that followed it is stopped once the agent sees it gone: not
+    // later, while the next client writes (a program restarts when its set of
+    // pids changes, and follows nothing in between).
+    await waitFor(`the TLS probe of ${command} [${child.pid}] to detach`, () => watcher.stderr.some((l) => l.includes("TLS probe detached") && inPids.test(l)));
     return { pid: child.pid!, outcome: JSON.parse(out.trim().split("\n").at(-1)!) as Outcome };
   }
 
@@ -128,4 +137,35 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
       });
     }
   }
+  it("in the DaemonSet's shape (own PID namespace, host /proc, the manifest's capabilities): node's TLS 1.3 request reset after the ticket is one connection_reset", async () => {
+    const shape = daemonSetShape();
+    const shaped = await startAgentProcess(agentArgs(), { LOSTWRITE_PROC_ROOT: shape.procRoot }, { wrap: (argv) => inDeployedShape(argv, shape) });
+    try {
+      const { pid } = await runClient(NODE, [path.join(CLIENTS, "lw_fresh_tls.ts"), String(ports.get("client-cert")), "1.3", "reset"], shaped);
+      await waitFor("the shaped agent's loss event", () => shaped.events.some((e) => e.pid === pid));
+      await new Promise((r) => setTimeout(r, 1000));
+      const events = shaped.events.filter((e) => e.pid === pid);
+      assert.deepEqual(events.map((e) => e.cause), ["connection_reset"], JSON.stringify(events));
+    } finally {
+      await shaped.stop();
+    }
+  });
+
+  it("--record, then replay: the session replays to the same events, TLS verdicts and all", async () => {
+    await agent.stop();
+    const live = agent.events.map((e) => JSON.stringify(e));
+    assert.ok(live.length >= 24, `live events: ${live.length}`);
+    const replayed = execFileSync(repoPath("node_modules/.bin/node"), [repoPath("agent/src/cli.ts"), "replay", "--json", recording()], {
+      encoding: "utf8",
+      env: { ...process.env, PATH: "/usr/bin:/bin" },
+    })
+      .split("\n")
+      .filter(Boolean);
+    const first = replayed.findIndex((line, i) => line !== live[i]);
+    if (first !== -1 || replayed.length !== live.length) {
+      if (process.env.TLS_E2E_DEBUG) execFileSync("cp", [recording(), "/tmp/fresh-tls-debug.jsonl"]);
+      const at = first === -1 ? live.length : first;
+      assert.fail(`replay differs from event ${at} of ${live.length}:\nlive     ${live[at] ?? "(none)"}\nreplayed ${replayed[at] ?? "(none)"}`);
+    }
+  });
 });

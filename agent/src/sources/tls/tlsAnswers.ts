@@ -21,6 +21,17 @@ import type { ProbeRecord } from "../probe/probeOutput.ts";
 
 export type TlsCloseRecord = PrintfRecordOf<"tls_close">;
 
+/**
+ * A TLS program following `pid` attached or went away. It travels in the
+ * same queue as the probe records (and is recorded in their order), so that
+ * replay applies it between the same records as the live agent did.
+ */
+export interface TlsAttachment {
+  type: "tls_attached";
+  pid: number;
+  attached: boolean;
+}
+
 export interface TlsAnswersOptions {
   /** A socket probe record, its close with the TLS verdict when there was one: on to be judged. */
   release: (record: ProbeRecord) => void;

@@ -22,8 +22,8 @@ export interface TlsProbesOptions extends UprobeContext {
   answers: TlsAnswers;
   /** A verdict line, to be judged with the socket probe's records (in their queue). */
   onVerdict: (record: ProbeRecord) => void;
-  /** The TLS program of `pid` attached (true) or went away (false). */
-  onAttached?: (pid: number, attached: boolean) => void;
+  /** The TLS program of `pid` attached (true) or went away (false): to be told to `answers` in order with the records. */
+  onAttached: (pid: number, attached: boolean) => void;
   /** How often waiting records are released (default 25 ms). */
   drainIntervalMs?: number;
   /** How often targets without OpenSSL are looked at again (default 2000 ms). */
@@ -42,7 +42,7 @@ export class TlsProbes {
   #recheck: NodeJS.Timeout | null = null;
 
   constructor(opts: TlsProbesOptions) {
-    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 2000, onLine: () => {}, onAttached: () => {}, ...opts };
+    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 2000, onLine: () => {}, ...opts };
     this.#programs = new UprobePrograms({
       what: "TLS probe",
       maxPids: MAX_TLS_PIDS_PER_PROGRAM,
@@ -52,10 +52,6 @@ export class TlsProbes {
         if (record.type === "tls_close") this.#o.onVerdict(record);
       },
       ...this.#o,
-      onAttached: (pid, attached) => {
-        this.#o.answers.setAttached(pid, attached);
-        this.#o.onAttached(pid, attached);
-      },
     });
   }
 
