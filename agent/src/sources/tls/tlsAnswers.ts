@@ -93,7 +93,10 @@ export class TlsAnswers {
   /** True when the record is taken: it comes back through `release`, in order. */
   offer(record: ProbeRecord): boolean {
     if (record.type !== "send" && record.type !== "close") return false;
-    if (!this.#followed.has(record.pid) && this.#waiting.length === 0) return this.#releaseSend(record);
+    if (!this.#followed.has(record.pid) && this.#waiting.length === 0) {
+      this.#release(record); // nothing to wait for, nothing to keep the order of
+      return true;
+    }
     this.#see(record.ts);
     if (this.#waiting.length >= this.#o.capacity) {
       // Judged now, by the bytes on the wire, rather than lost.
@@ -125,17 +128,15 @@ export class TlsAnswers {
     if (ts > this.#latestNs) this.#latestNs = ts;
   }
 
-  /** A send not waiting behind anything: folded if its socket died in the TLS program's eyes, else passed on. */
-  #releaseSend(record: SocketRecord): boolean {
-    if (record.type === "send" && record.ret < 0 && this.#deadByTls.has(record.sk)) return true; // counted in the kernel, reported once
-    return false;
-  }
-
+  /** On to be judged: a close with its socket's TLS verdict, if any; a failed send on a socket that verdict reported dead is folded. */
   #release(record: SocketRecord): void {
     if (record.type === "send") {
-      if (!this.#releaseSend(record)) this.#o.release(record);
+      // Counted in the kernel's @failed_sends; reported once, by the close.
+      if (!(record.ret < 0 && this.#deadByTls.has(record.sk))) this.#o.release(record);
       return;
     }
+    // A socket address closing again is a new connection: whatever was remembered of the old one goes.
+    this.#deadByTls.delete(record.sk);
     const verdict = this.#verdicts.get(record.sk);
     if (verdict === undefined || verdict.pid !== record.pid) {
       this.#o.release(record);
@@ -146,9 +147,6 @@ export class TlsAnswers {
     if (verdict.unansweredBytes >= min && record.unansweredBytes < min) {
       if (this.#deadByTls.size >= this.#o.capacity) this.#evictOldest(this.#deadByTls);
       this.#deadByTls.set(record.sk, record.ts);
-    } else {
-      // A socket address closing again is a new connection: whatever was remembered of the old one goes.
-      this.#deadByTls.delete(record.sk);
     }
     // The client's FIN that follows the server's close_notify answers it: the server ended the connection.
     const closedBy = verdict.peerClosed && record.closedBy === CLOSED_BY_CLIENT ? CLOSED_BY_SERVER : record.closedBy;

@@ -104,6 +104,17 @@ void describe("TLS answers", { timeout: 10_000 }, () => {
     assert.equal(released.at(-1)?.type, "send");
   });
 
+  void it("forgets a dead socket once its address closes again, followed or not: a failed send there is a new connection's", () => {
+    const { answers, released, handle } = setup();
+    answers.setAttached(PID, true);
+    handle(verdict());
+    handle(close());
+    answers.setAttached(PID, false);
+    handle(close({ ts: 200n * MS, unansweredBytes: 0 })); // a connection no TLS program followed, at the same address
+    handle(send({ ts: 201n * MS }));
+    assert.equal(released.at(-1)?.type, "send");
+  });
+
   void it("passes everything of a process no TLS program follows at once, untouched", () => {
     const { released, handle } = setup();
     const records: ProbeRecord[] = [close({ unansweredBytes: 900 }), send(), { type: "tick", ts: 1n }];
