@@ -63,9 +63,15 @@ export class TlsAnswers {
   /** sk → when the TLS program saw it die with a request unanswered that the wire had taken for answered. */
   readonly #deadByTls = new Map<bigint, bigint>();
   #latestNs = 0n;
+  #onWaiting: () => void = () => {};
 
   constructor(opts: TlsAnswersOptions) {
     this.#o = { holdNs: 50_000_000n, capacity: 4096, ...opts };
+  }
+
+  /** Told when a record starts waiting: whoever drains should look again within `holdNs`. */
+  onWaiting(listener: () => void): void {
+    this.#onWaiting = listener;
   }
 
   /** Records of `pid` wait for its TLS verdicts from now on (true), or no longer (false). */
@@ -105,6 +111,7 @@ export class TlsAnswers {
     }
     this.#waiting.push(record);
     this.drain(this.#latestNs);
+    if (this.#waiting.length > 0) this.#onWaiting();
     return true;
   }
 

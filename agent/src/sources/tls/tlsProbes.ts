@@ -30,7 +30,6 @@ export interface TlsProbesOptions extends UprobeContext {
   recheckIntervalMs?: number;
 }
 
-
 export class TlsProbes {
   readonly name = "tls probes";
   readonly #o: Required<TlsProbesOptions>;
@@ -57,7 +56,9 @@ export class TlsProbes {
 
   start(): void {
     const answers = this.#o.answers;
-    this.#ticker = startAdaptiveTicker(() => answers.drain(this.#o.nowNs()), () => answers.busy, this.#o.drainIntervalMs, 1000);
+    const ticker = startAdaptiveTicker(() => answers.drain(this.#o.nowNs()), () => answers.busy, this.#o.drainIntervalMs, 1000);
+    answers.onWaiting(() => ticker.wake());
+    this.#ticker = ticker;
     this.#recheck = setInterval(() => {
       if (this.#pending.size > 0) void this.onTargets({ added: [...this.#pending].map((pid) => ({ pid })), removed: [] });
     }, this.#o.recheckIntervalMs);

@@ -71,8 +71,11 @@ void describe("TLS answers", { timeout: 10_000 }, () => {
 
   void it("judges a close with no verdict by the wire once it has waited holdNs (a socket the TLS program did not follow)", () => {
     const { answers, released, handle } = setup();
+    let woken = 0;
+    answers.onWaiting(() => woken++);
     answers.setAttached(PID, true);
     handle(close({ unansweredBytes: 700 }));
+    assert.equal(woken, 1, "whoever drains is told a record waits");
     answers.drain(100n * MS + 49n * MS);
     assert.deepEqual(released, []);
     answers.drain(100n * MS + 50n * MS);
