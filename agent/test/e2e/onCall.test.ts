@@ -75,6 +75,8 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   let feedSocket: WebSocket;
   let warmups = 0;
   let dir: string;
+  /** What the retransmitting client reported of its request: kept for the retransmits test's message. */
+  let retransmittedRequest = "";
 
   before(async () => {
     assertKernelRequirements();
@@ -184,6 +186,7 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
       assert.equal(warmUp.status, 200);
       const retransmitted = await client.run("request_retransmitted GET /version 0");
       assert.equal(retransmitted.status, 200, `retransmitted request: ${JSON.stringify(retransmitted)}`);
+      retransmittedRequest = JSON.stringify(retransmitted);
     } finally {
       await client.exit();
     }
@@ -236,7 +239,12 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   });
 
   it("TCP retransmits on an apiserver connection reach /metrics and the retransmits panel", async () => {
-    assert.ok((await stack.agent.metric("lostwrite_apiserver_retransmits_total")) > 0, "lostwrite_apiserver_retransmits_total after dropped packets");
+    if ((await stack.agent.metric("lostwrite_apiserver_retransmits_total")) === 0) {
+      // Say what there was to go on: the request (its elapsed_ms shows whether a retransmission timer fired) and the agent's log of the client.
+      const series = (await (await fetch(`${stack.agent.url}/metrics`)).text()).split("\n").filter((l) => l.startsWith("lostwrite_apiserver_retransmits_total"));
+      const log = stack.agent.stderr.filter((l) => l.includes("lwc-retrans"));
+      assert.fail(`lostwrite_apiserver_retransmits_total is 0 after dropped packets; request ${retransmittedRequest}; series ${series.join(" | ")}; agent log ${log.join(" | ")}`);
+    }
     const query = dashboardQueries({ rateInterval: "1m", range: "5m" }).find((q) => q.panel === RETRANSMITS_PANEL);
     assert.ok(query, `the dashboard has the ${RETRANSMITS_PANEL} panel`);
     const samples = await prometheus.waitFor(query.expr, (found) => found.some((s) => s.value > 0), 10_000);
