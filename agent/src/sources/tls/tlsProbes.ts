@@ -2,9 +2,10 @@
 // or an executable with OpenSSL in it) gets its own bpftrace program
 // (UprobePrograms), filtered to the targets using it and re-rendered when
 // that set changes. A target with no OpenSSL mapped yet (python maps
-// libssl when it first imports ssl) is looked at again every
-// `recheckIntervalMs`. Verdicts go to TlsAnswers; its drain timer releases
-// what waited for them.
+// libssl when it first imports ssl) is looked at again, after
+// `recheckIntervalMs` and then twice as long each time up to a minute: most
+// such targets never will (Go operators), and each look reads its maps.
+// Verdicts go to TlsAnswers; its drain timer releases what waited for them.
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
@@ -26,16 +27,19 @@ export interface TlsProbesOptions extends UprobeContext {
   onAttached: (pid: number, attached: boolean) => void;
   /** How often waiting records are released (default 25 ms). */
   drainIntervalMs?: number;
-  /** How often targets without OpenSSL are looked at again (default 2000 ms). */
+  /** How soon a target without OpenSSL is first looked at again (default 2000 ms; then twice as long each time, up to 60 s). */
   recheckIntervalMs?: number;
 }
+
+/** The longest wait between two looks at a target without OpenSSL. */
+const MAX_RECHECK_WAIT_MS = 60_000;
 
 export class TlsProbes {
   readonly name = "tls probes";
   readonly #o: Required<TlsProbesOptions>;
   readonly #programs: UprobePrograms;
-  /** Targets with no OpenSSL found yet. */
-  readonly #pending = new Set<number>();
+  /** Targets with no OpenSSL found yet → when to look again, and the wait after that. */
+  readonly #pending = new Map<number, { dueMs: number; nextWaitMs: number }>();
   readonly #exportsCache: ExportsCache = new Map();
   #ticker: AdaptiveTicker | null = null;
   #recheck: NodeJS.Timeout | null = null;
@@ -60,7 +64,9 @@ export class TlsProbes {
     answers.onWaiting(() => ticker.wake());
     this.#ticker = ticker;
     this.#recheck = setInterval(() => {
-      if (this.#pending.size > 0) void this.onTargets({ added: [...this.#pending].map((pid) => ({ pid })), removed: [] });
+      const now = Date.now();
+      const due = [...this.#pending].filter(([, next]) => next.dueMs <= now).map(([pid]) => ({ pid }));
+      if (due.length > 0) void this.onTargets({ added: due, removed: [] });
     }, this.#o.recheckIntervalMs);
     this.#recheck.unref();
   }
@@ -78,6 +84,12 @@ export class TlsProbes {
     this.#o.answers.flush();
   }
 
+  /** Backs off: each look reads the target's maps, and most targets never map OpenSSL. */
+  #lookAgainLater(pid: number): void {
+    const waitMs = this.#pending.get(pid)?.nextWaitMs ?? this.#o.recheckIntervalMs;
+    this.#pending.set(pid, { dueMs: Date.now() + waitMs, nextWaitMs: Math.min(waitMs * 2, MAX_RECHECK_WAIT_MS) });
+  }
+
   async #apply({ added, removed }: PidChanges): Promise<void> {
     const touched = new Set<string>();
     for (const { pid } of removed) {
@@ -91,7 +103,7 @@ export class TlsProbes {
       if (typeof found === "string") {
         // Looked at again while it is a target; a process gone (no maps) is not.
         if (found.startsWith("cannot read its maps")) this.#pending.delete(pid);
-        else this.#pending.add(pid);
+        else this.#lookAgainLater(pid);
         continue;
       }
       this.#pending.delete(pid);
