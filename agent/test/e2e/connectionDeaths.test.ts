@@ -359,11 +359,14 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
       "lwc-timeout:client_gave_up",
     ]);
     // Only the withheld request was retransmitted (and, maybe, the stalled
-    // one's last segment: its kernel probes a shut window until it gives up).
+    // one's last segment: its kernel probes a shut window until it gives up;
+    // and the mid-body one's tail: a client writing a large body to a server
+    // that stopped reading may have its tail retransmitted before the reset
+    // arrives, seen once in CI on a busy machine). Never a non-target's.
     const retransmitting = [...(await agent.metrics()).entries()]
       .filter(([key, value]) => key.startsWith("lostwrite_apiserver_retransmits_total{") && value > 0)
       .map(([key]) => /process="([^"]*)"/.exec(key)?.[1])
-      .filter((comm) => comm !== "lwc-stalled");
+      .filter((comm) => comm !== "lwc-stalled" && comm !== "lwc-midbody");
     assert.deepEqual(retransmitting, ["lwc-retrans"]);
     assert.equal(await agent.metric("lostwrite_probe_parse_errors_total"), 0);
     assert.equal(await agent.metric("lostwrite_probe_up"), 1);
