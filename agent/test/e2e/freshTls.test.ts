@@ -137,6 +137,29 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
       });
     }
   }
+  it("one libssl, two clients: when the first exits, the program is rendered anew through the second's /proc entry and still judges its request", async () => {
+    const start = (action: "reset" | "close"): { child: ChildProcess; exited: Promise<number | null> } => {
+      const child = spawn(python, [path.join(CLIENTS, "lw_client.py"), "fresh_tls", "127.0.0.1", String(ports.get("client-cert")), "1.3", action], { stdio: ["pipe", "ignore", "inherit"] });
+      return { child, exited: new Promise((resolve) => child.once("exit", resolve)) };
+    };
+    const first = start("close");
+    const second = start("reset");
+    const [a, b] = [first.child.pid!, second.child.pid!].sort((x, y) => x - y);
+    const attached = (pids: RegExp, from = 0): boolean => agent.stderr.slice(from).some((l) => l.includes("TLS probe attached") && pids.test(l));
+    await waitFor("one TLS program following both clients", () => attached(new RegExp(`"pids":\\[${a},${b}\\]`)), 20_000);
+    const before = agent.stderr.length;
+    first.child.stdin!.end("go\n");
+    assert.equal(await first.exited, 0);
+    // Rendered through the first client's /proc entry, the program would not attach once it is gone.
+    await waitFor("the program following the second client alone", () => attached(new RegExp(`"pids":\\[${second.child.pid}\\]`), before), 20_000);
+    second.child.stdin!.end("go\n");
+    assert.equal(await second.exited, 0);
+    await waitFor("the second client's loss", () => agent.events.some((e) => e.pid === second.child.pid));
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.deepEqual(agent.events.filter((e) => e.pid === second.child.pid).map((e) => e.cause), ["connection_reset"]);
+    await waitFor("its program to detach", () => agent.stderr.some((l) => l.includes("TLS probe detached") && l.includes(`"pids":[${second.child.pid}]`)));
+  });
+
   it("in the DaemonSet's shape (own PID namespace, host /proc, the manifest's capabilities): node's TLS 1.3 request reset after the ticket is one connection_reset", async () => {
     const shape = daemonSetShape();
     const shaped = await startAgentProcess(agentArgs(), { LOSTWRITE_PROC_ROOT: shape.procRoot }, { wrap: (argv) => inDeployedShape(argv, shape) });

@@ -41,6 +41,8 @@ export class TlsProbes {
   /** Targets with no OpenSSL found yet → when to look again, and the wait after that. */
   readonly #pending = new Map<number, { dueMs: number; nextWaitMs: number }>();
   readonly #exportsCache: ExportsCache = new Map();
+  /** Each followed target's OpenSSL as it opens it (/proc/PID/…): a program is rendered through a pid still running. */
+  readonly #libraryOf = new Map<number, string>();
   #ticker: AdaptiveTicker | null = null;
   #recheck: NodeJS.Timeout | null = null;
 
@@ -94,6 +96,7 @@ export class TlsProbes {
     const touched = new Set<string>();
     for (const { pid } of removed) {
       this.#pending.delete(pid);
+      this.#libraryOf.delete(pid);
       const key = this.#programs.remove(pid);
       if (key !== undefined) touched.add(key);
     }
@@ -107,8 +110,10 @@ export class TlsProbes {
         continue;
       }
       this.#pending.delete(pid);
+      this.#libraryOf.set(pid, found.path);
       this.#programs.add(pid, found.key, () => ({
-        render: (pids) => renderTlsProgram({ library: found.path, pids }),
+        // Not the first pid's path: it may have exited while the others run on.
+        render: (pids, livePid) => renderTlsProgram({ library: this.#libraryOf.get(livePid) ?? found.path, pids }),
         details: { file: found.path },
       }));
       touched.add(found.key);
