@@ -20,15 +20,14 @@ const RECORD_WINDOW_BYTES = 1024 * 1024;
 
 /**
  * Maps each name in `wanted` that the binary defines to its entry address.
- * `textStart` is the address 1.18+ entries are relative to (ignored for 1.16).
+ * 1.18+ entries count from the location's text start; 1.16's are absolute.
  */
 export async function findFunctionEntries(
   source: ByteSource,
   location: PclntabLocation,
-  textStart: number,
   wanted: Iterable<string>,
 ): Promise<Map<string, number>> {
-  const { header } = location;
+  const { header, textStart } = location;
   const names = await source.read(
     location.fileOffset + header.funcnameOffset,
     header.cuOffset - header.funcnameOffset,
@@ -38,7 +37,7 @@ export async function findFunctionEntries(
   const found = new Map<string, number>();
   if (wantedByNameOffset.size === 0) return found;
 
-  const relative = header.textStart !== null;
+  const relative = textStart !== null;
   const field = relative ? 4 : 8;
   const tableStart = location.fileOffset + header.pclnOffset;
   const functab = await source.read(tableStart, (header.nfunc * 2 + 1) * field, "pclntab function table");

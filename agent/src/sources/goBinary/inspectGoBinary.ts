@@ -121,7 +121,7 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
   }
   const goMinor = minorFromBuildInfo ?? oldestMinorForLayout(layout);
 
-  const entries = await findFunctionEntries(source, pclntab, textStart(image, pclntab), allHttp2Symbols());
+  const entries = await findFunctionEntries(source, pclntab, allHttp2Symbols());
   const families: Http2Family[] = [];
   const incompleteFamilies: IncompleteHttp2Family[] = [];
   const placement: ProbePlacement = findSection(image, ".symtab") === undefined ? "stack check branch" : "entry";
@@ -154,19 +154,6 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
     incompleteFamilies,
     probePlacement: placement,
   };
-}
-
-/**
- * The address Go 1.18+ function entries count from. The header holds it, but
- * a position-independent build may leave it 0 for a load-time relocation to
- * fill; then it is where .text starts, as the linker defines runtime.text.
- */
-function textStart(image: ElfImage, pclntab: PclntabLocation): number {
-  const fromHeader = pclntab.header.textStart;
-  if (fromHeader === null || fromHeader !== 0) return fromHeader ?? 0;
-  const text = findSection(image, ".text");
-  if (text === undefined) throw new NotInspectable("pclntab text start is left to a relocation and there is no .text section to take it from");
-  return text.addr;
 }
 
 async function locateFunctions(

@@ -8,6 +8,7 @@
 import type { ByteSource } from "./byteSource.ts";
 import { findSection, type ElfImage, type LoadSegment } from "./elfImage.ts";
 import { readU64 } from "./fileInteger.ts";
+import { moduledataTextStart } from "./moduledata.ts";
 import { NotInspectable } from "./notInspectable.ts";
 import { PCLNTAB_HEADER_BYTES, parsePclntabHeader, pclntabLayoutAt, type PclntabHeader } from "./pclntabHeader.ts";
 
@@ -18,6 +19,8 @@ export interface PclntabLocation {
   /** Bytes from the header to the end of the table (or of its segment, when found by scanning). */
   size: number;
   header: PclntabHeader;
+  /** The address Go 1.18+ function entries count from; null for the 1.16 layout, whose entries are absolute. */
+  textStart: number | null;
   foundBy: "section" | "scan";
 }
 
@@ -31,13 +34,10 @@ export async function locatePclntab(source: ByteSource, image: ElfImage): Promis
     const section = findSection(image, name);
     if (section === undefined) continue;
     const bytes = await source.read(section.offset, Math.min(section.size, PCLNTAB_HEADER_BYTES), `${name} header`);
-    return {
-      fileOffset: section.offset,
-      vaddr: section.addr,
-      size: section.size,
-      header: parsePclntabHeader(bytes, section.size),
-      foundBy: "section",
-    };
+    const header = parsePclntabHeader(bytes, section.size);
+    const textStart = await resolveTextStart(source, image, section.addr, header);
+    if (textStart === undefined) throw new NotInspectable("the pclntab leaves its text start to the runtime, and neither a .text section nor the moduledata says it");
+    return { fileOffset: section.offset, vaddr: section.addr, size: section.size, header, textStart, foundBy: "section" };
   }
   const found = await scanForPclntab(source, image);
   if (found === "go1.2") throw new NotInspectable("Go 1.2–1.15 pclntab: too old for the register ABI (Go 1.17+ on amd64)");
@@ -88,32 +88,44 @@ async function scanSegment(source: ByteSource, image: ElfImage, segment: LoadSeg
         if (error instanceof NotInspectable) continue;
         throw error;
       }
-      const location: PclntabLocation = {
-        fileOffset: segment.offset + start + at,
-        vaddr: segment.vaddr + start + at,
-        size,
-        header,
-        foundBy: "scan",
-      };
+      const vaddr = segment.vaddr + start + at;
+      // A stray copy of the magic has no moduledata pointing at it.
+      const textStart = await resolveTextStart(source, image, vaddr, header);
+      if (textStart === undefined) continue;
+      const location: PclntabLocation = { fileOffset: segment.offset + start + at, vaddr, size, header, textStart, foundBy: "scan" };
       if (await functionTableLooksReal(source, image, location)) return location;
     }
   }
   return sawOldTable ? "go1.2" : undefined;
 }
 
+/**
+ * The address Go 1.18+ function entries count from: the header's, where it
+ * holds one. Go 1.26 leaves it 0 always, and position-independent builds of
+ * earlier releases leave it to a load-time relocation; then it is where .text
+ * starts, as the linker defines runtime.text, or, without section headers,
+ * what the runtime's moduledata says. Undefined when nothing says.
+ */
+async function resolveTextStart(source: ByteSource, image: ElfImage, pclntabVaddr: number, header: PclntabHeader): Promise<number | null | undefined> {
+  if (header.textStart === null || header.textStart !== 0) return header.textStart;
+  const text = findSection(image, ".text");
+  if (text !== undefined) return text.addr;
+  return moduledataTextStart(source, image, pclntabVaddr, header.funcnameOffset);
+}
+
+const inText = (image: ElfImage, vaddr: number): boolean => image.segments.some((s) => s.executable && vaddr >= s.vaddr && vaddr <= s.vaddr + s.memsz);
+
 /** The first entry and the end sentinel of the function table must both be addresses in executable code, in order. */
 async function functionTableLooksReal(source: ByteSource, image: ElfImage, location: PclntabLocation): Promise<boolean> {
-  const { header } = location;
-  const inText = (vaddr: number): boolean => image.segments.some((s) => s.executable && vaddr >= s.vaddr && vaddr <= s.vaddr + s.memsz);
+  const { header, textStart } = location;
   const functab = location.fileOffset + header.pclnOffset;
-  if (header.textStart === null) {
+  if (textStart === null) {
     const first = readU64(await source.read(functab, 8, "pclntab first entry"), 0, "entry");
     const end = readU64(await source.read(functab + header.nfunc * 16, 8, "pclntab end entry"), 0, "entry");
-    return first < end && inText(first) && inText(end);
+    return first < end && inText(image, first) && inText(image, end);
   }
-  // textStart 0 means "filled in by a relocation": nothing to check it against here.
-  if (header.textStart === 0 || !inText(header.textStart)) return false;
+  if (!inText(image, textStart)) return false;
   const first = (await source.read(functab, 4, "pclntab first entry")).readUInt32LE(0);
   const end = (await source.read(functab + header.nfunc * 8, 4, "pclntab end entry")).readUInt32LE(0);
-  return first < end && inText(header.textStart + end);
+  return first < end && inText(image, textStart + end);
 }
