@@ -1,25 +1,24 @@
-// Builds Go programs offline with the local toolchain (Debian's golang-go):
-// no module downloads, golang.org/x/* taken from Debian's
-// golang-golang-x-*-dev sources when a program needs them. Used by the tests
-// and the demo, which build the Go programs they run from source.
+// Builds Go programs with the machine's Go toolchain. Each module pins its
+// dependencies (golang.org/x/net) in go.mod and go.sum: the module proxy (or
+// the module cache, once filled) serves exactly those, checked against go.sum.
+// Used by the tests and the demo, which build the Go programs they run from
+// source; the toolchain's build cache makes a second build nearly free.
 import { execFile, spawnSync } from "node:child_process";
-import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-
-/** Debian's golang-golang-x-*-dev sources: the only x/net available without a network. */
-export const DEBIAN_GOCODE = "/usr/share/gocode/src/golang.org/x";
 
 export function goEnv(goarch?: string): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     CGO_ENABLED: "0",
-    GOFLAGS: "-mod=mod",
-    GOPROXY: "off",
+    // go.sum is committed: a build never rewrites it, nor go.mod.
+    GOFLAGS: "-mod=readonly",
     GOWORK: "off",
     GO111MODULE: "on",
-    // Newer toolchains would try to download the go.mod's version otherwise.
-    GOTOOLCHAIN: "local",
+    // The toolchain on PATH, whatever go.mod's `go` line asks; a caller that
+    // wants another sets GOTOOLCHAIN itself.
+    GOTOOLCHAIN: process.env.GOTOOLCHAIN ?? "local",
     GOARCH: goarch ?? "amd64",
   };
   // The toolchain refuses to run without a cache directory to use.
@@ -44,17 +43,8 @@ export function run(file: string, args: string[], opts: { cwd?: string; env?: No
   });
 }
 
-/** Points golang.org/x/{net,text,sys} of the module in `dir` at Debian's sources, where installed. */
-export function useDebianXModules(dir: string): void {
-  const goMod = path.join(dir, "go.mod");
-  const replaces = ["net", "text", "sys"]
-    .filter((module) => existsSync(path.join(DEBIAN_GOCODE, module, "go.mod")))
-    .map((module) => `replace golang.org/x/${module} => ${path.join(DEBIAN_GOCODE, module)}\n`);
-  writeFileSync(goMod, `${readFileSync(goMod, "utf8")}\n${replaces.join("")}`);
-}
-
 export interface GoBuild {
-  /** The module's sources; copied first, as -mod=mod may rewrite go.mod. */
+  /** The module's sources; copied first, so a build leaves nothing in the repository. */
   source: string;
   /** Where the binary goes. */
   out: string;
@@ -63,14 +53,11 @@ export interface GoBuild {
   /** Extra `go build` flags, e.g. ["-ldflags=-s -w"]. */
   flags?: readonly string[];
   goarch?: string;
-  /** The module imports golang.org/x/*: take them from Debian's sources. */
-  xModules?: boolean;
 }
 
-/** Builds one module offline; resolves to the binary's path. */
+/** Builds one module; resolves to the binary's path. */
 export async function buildGo(build: GoBuild): Promise<string> {
   cpSync(build.source, build.workDir, { recursive: true });
-  if (build.xModules) useDebianXModules(build.workDir);
   await run("go", ["build", "-trimpath", ...(build.flags ?? []), "-o", build.out, "."], { cwd: build.workDir, env: goEnv(build.goarch) });
   return build.out;
 }

@@ -96,7 +96,7 @@ async function main(): Promise<void> {
   const { rounds, requests } = options();
   if (process.getuid?.() !== 0) throw new Error("needs root (bpftrace loads BPF programs)");
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-go-"));
-  const binary = await buildGo({ source: path.join(here, "go-request-loop"), workDir: path.join(dir, "src"), out: path.join(dir, "go-request-loop"), flags: ["-ldflags=-s -w"], xModules: true });
+  const binary = await buildGo({ source: path.join(here, "go-request-loop"), workDir: path.join(dir, "src"), out: path.join(dir, "go-request-loop"), flags: ["-ldflags=-s -w"] });
   const server = new LineProcess("server", binary, ["server"]);
   const port = Number(await server.nextLine());
   const client = new LineProcess("client", binary, ["client", `https://127.0.0.1:${port}/apis/demo.lostwrite.dev/v1/namespaces/bench/widgets/w1/status`]);

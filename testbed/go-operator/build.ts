@@ -1,4 +1,4 @@
-// Builds the Go sample operator from its sources here, offline (testbed/goBuild.ts).
+// Builds the Go sample operator from its sources here (testbed/goBuild.ts).
 import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -15,6 +15,5 @@ export async function buildGoOperator(dir: string, opts: { stripped: boolean }):
     workDir: mkdtempSync(path.join(os.tmpdir(), "lostwrite-go-operator-src-")),
     out: path.join(dir, name),
     flags: opts.stripped ? ["-ldflags=-s -w"] : [],
-    xModules: true,
   });
 }

@@ -1,4 +1,4 @@
-// Builds the Go TLS server from its sources here, offline (testbed/goBuild.ts).
+// Builds the Go TLS server from its sources here (testbed/goBuild.ts).
 import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";

@@ -1,11 +1,11 @@
-// Builds the Go fixture programs (agent/test/fixtures/go/) with the local
-// toolchain, offline, for the binary inspection tests. The toolchain's own
+// Builds the Go fixture programs (agent/test/fixtures/go/) with the machine's
+// toolchain, for the binary inspection tests. The toolchain's own
 // build cache is kept, so a second run rebuilds nothing; the binaries go to a
 // fresh temp directory per test file.
-import { existsSync, mkdtempSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { buildGo, DEBIAN_GOCODE, run } from "../../../../../testbed/goBuild.ts";
+import { buildGo, run } from "../../../../../testbed/goBuild.ts";
 import { repoPath } from "../../../repoPath.ts";
 
 export { goUnavailable, run } from "../../../../../testbed/goBuild.ts";
@@ -31,12 +31,6 @@ export async function goVersion(): Promise<string> {
   return (await run("go", ["env", "GOVERSION"])).trim();
 }
 
-/** The x/net directory a fixture build is pointed at, or null when the module cache must provide it. */
-export function xNetReplacement(): string | null {
-  const dir = path.join(DEBIAN_GOCODE, "net");
-  return existsSync(path.join(dir, "go.mod")) ? dir : null;
-}
-
 /** Builds every spec, two at a time (the toolchain is itself parallel), and returns the binaries' paths by key. */
 export async function buildGoFixtures<K extends string>(specs: Record<K, GoBuildSpec>): Promise<{ dir: string; binaries: Record<K, string> }> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-gobin-"));
@@ -54,7 +48,6 @@ export async function buildGoFixtures<K extends string>(specs: Record<K, GoBuild
         out,
         flags: spec.flags ?? [],
         ...(spec.goarch === undefined ? {} : { goarch: spec.goarch }),
-        xModules: spec.fixture === "xnet-http2-client",
       });
     }
   };
