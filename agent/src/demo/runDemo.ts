@@ -125,7 +125,8 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     });
     if (stop.signal.aborted) return 130;
     const metricsUrl = `http://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}`;
-    screen.line(`  ready in ${((Date.now() - started) / 1000).toFixed(1)} s, probe variant ${stack.agent.variant}`);
+    const building = stack.goBuildMs > 0 ? ` (${(stack.goBuildMs / 1000).toFixed(1)} s of it building the Go operator)` : "";
+    screen.line(`  ready in ${((Date.now() - started) / 1000).toFixed(1)} s${building}, probe variant ${stack.agent.variant}`);
     for (const op of stack.operators) {
       const how = op.mode === "correct" ? "returns the error and retries" : op.runtime === "go" ? "drops a failed status write and reports success" : "logs a failed status write and reports success";
       const runtime = op.runtime === "go" ? "Go, watch and writes on one HTTP/2 connection as client-go; " : "";
