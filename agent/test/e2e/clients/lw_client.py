@@ -19,6 +19,27 @@ def report(step, err=None, **extra):
     print(json.dumps({"step": step, "errno": errno.errorcode.get(err) if err else None, "t": time.time(), **extra}), flush=True)
 
 
+TCP_CLOSE = 7
+TCP_CLOSE_WAIT = 8
+
+
+def wait_until_closed(sock, timeout_s=30.0):
+    """Blocks until the server's reset (or FIN) has reached this socket.
+
+    Reads the kernel's TCP state (TCP_INFO's first byte), which leaves the
+    socket's pending error alone: the next send still reports it. A fixed
+    sleep instead would be outrun by a slow machine, and the send meant to hit
+    a dead connection would go out on a live one.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+        if state in (TCP_CLOSE, TCP_CLOSE_WAIT):
+            return
+        select.select([sock], [], [], 0.01)
+    report("still_open_after", None, seconds=timeout_s)
+
+
 def try_send(sock, data, step, use_write=False):
     try:
         if use_write:
@@ -42,7 +63,7 @@ def tls_reset(host, port):
     # they would look like its answer: the known limit in apiserver_sockets.bt).
     time.sleep(0.1)
     tls.sendall(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-    time.sleep(0.5)
+    wait_until_closed(tls)
     for i in range(2):
         try_send(tls, b"GET / HTTP/1.1\r\n\r\n", "tls_write_after_reset")
 
@@ -51,7 +72,7 @@ def plain_reset(host, port):
     """Plain TCP: send, the server resets, send again with sendto."""
     s = socket.create_connection((host, port))
     s.send(b"PATCH /status HTTP/1.1\r\nX-Test: RESET\r\n\r\n")
-    time.sleep(0.5)
+    wait_until_closed(s)
     for i in range(2):
         try_send(s, b"more", "sendto_after_reset")
 
@@ -109,7 +130,7 @@ def wait_then_reset(host, port):
     sys.stdin.readline()
     # A request of realistic size: small sends are protocol chatter to the agent.
     s.send(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nX-Test: RESET\r\n\r\n")
-    time.sleep(0.5)
+    wait_until_closed(s)
     try_send(s, b"more", "preexisting_after_reset")
 
 
@@ -123,7 +144,7 @@ def flood(host, port, rate=25000, seconds=30.0):
     s = socket.create_connection((host, port))
     # A request of realistic size (at least 64 bytes), so the reset is a loss.
     s.send(b"PATCH /apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status HTTP/1.1\r\nX-Test: RESET\r\n\r\n")
-    time.sleep(0.3)
+    wait_until_closed(s)
     counts = {}
     batch = rate // 100
     started = time.monotonic()
