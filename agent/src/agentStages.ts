@@ -9,6 +9,7 @@ import type { HostPort } from "./hostPort.ts";
 import type { LossEvent } from "./model.ts";
 import type { LossSink, Stage } from "./stage.ts";
 import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
+import { renderRunbooksPage } from "./sinks/runbooksPage.ts";
 import { startHttpServer } from "./sinks/httpServer.ts";
 import type { Logger } from "./sinks/log.ts";
 import type { AgentMetrics } from "./sinks/metrics.ts";
@@ -25,7 +26,7 @@ import { AGENT_VERSION } from "./version.ts";
 
 export type Readiness = () => { ok: boolean; reason: string };
 
-/** /metrics, /healthz, /readyz; the event feed attaches to the same server. */
+/** /metrics, /healthz, /readyz, /runbooks; the event feed attaches to the same server. */
 export class HttpStage implements Stage {
   readonly name = "http server";
   server: http.Server | null = null;
@@ -49,7 +50,7 @@ export class HttpStage implements Stage {
   }
 
   async start(): Promise<void> {
-    this.server = await startHttpServer({ ...this.bound, metrics: this.metrics, ready: () => this.ready() });
+    this.server = await startHttpServer({ ...this.bound, metrics: this.metrics, ready: () => this.ready(), runbooks: renderRunbooksPage() });
     const address = this.server.address();
     if (typeof address === "object" && address) this.bound = { host: address.address, port: address.port };
   }

@@ -49,6 +49,8 @@ export interface HttpServerOptions {
   port: number;
   metrics: AgentMetrics;
   ready: () => { ok: boolean; reason: string };
+  /** What /runbooks answers (sinks/runbooksPage.ts). */
+  runbooks?: { status: number; html: string };
 }
 
 export async function startHttpServer(opts: HttpServerOptions): Promise<Server> {
@@ -69,8 +71,10 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<Server> 
     } else if (path === "/readyz") {
       const { ok, reason } = opts.ready();
       res.writeHead(ok ? 200 : 503, { "content-type": "text/plain" }).end(`${reason}\n`);
+    } else if (path === "/runbooks" && opts.runbooks !== undefined) {
+      res.writeHead(opts.runbooks.status, { "content-type": "text/html; charset=utf-8" }).end(opts.runbooks.html);
     } else if (path !== "/events") {
-      res.writeHead(404, { "content-type": "text/plain" }).end("not found: try /metrics, /healthz, /readyz, /events\n");
+      res.writeHead(404, { "content-type": "text/plain" }).end("not found: try /metrics, /healthz, /readyz, /events, /runbooks\n");
     }
   });
   await new Promise<void>((resolve, reject) => {

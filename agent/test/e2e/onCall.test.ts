@@ -227,7 +227,12 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
       cause: "connection_reset",
     });
     // Absolute, so a notification's link works outside the repository; the base is configurable (docs/install.md).
-    assert.match(alert.annotations.runbook_url ?? "", /^https:\/\/\S+#lostwritesilentstatuswriteloss$/);
+    const runbook = new URL(alert.annotations.runbook_url ?? "");
+    assert.equal(runbook.hash, "#lostwritesilentstatuswriteloss");
+    // The default base is the agent's own page (reached through a port-forward in a cluster): it opens, at the alert's section.
+    const page = await fetch(`${stack.agent.url}${runbook.pathname}`);
+    assert.equal(page.status, 200, `${runbook.pathname} on the agent`);
+    assert.match(await page.text(), /<h2 id="lostwritesilentstatuswriteloss">LostwriteSilentStatusWriteLoss<\/h2>/);
     assert.match(alert.annotations.description ?? "", /controller\s+"widget"[\s\S]*node\s+"e2e-node"/);
     // Noticed losses (correct mode) never page as silent ones.
     await new Promise((r) => setTimeout(r, 2000));

@@ -103,7 +103,7 @@ void test(
       request: "status",
       cause: "connection_closed_unanswered",
     });
-    assert.match(alert.annotations.runbook_url ?? "", /^https:\/\/\S+#lostwritesilentstatuswriteloss$/);
+    assert.match(alert.annotations.runbook_url ?? "", /^https?:\/\/\S+#lostwritesilentstatuswriteloss$/);
     assert.match(alert.annotations.description ?? "", /pod ops\/widget-operator-1 on node\s+"e2e-node"/);
     assert.deepEqual(webhook.rejected, []);
   },

@@ -23,8 +23,8 @@ const alertsTestPath = join(ROOT, "dashboards/alerts.test.yaml");
 const runbooksPath = join(ROOT, "docs/runbooks.md");
 const installPath = join(ROOT, "docs/install.md");
 
-/** Every runbook_url is `${RUNBOOK_BASE}#<anchor>` until an installation changes the base (docs/install.md). */
-const RUNBOOK_BASE = "https://github.com/lostwrite/lostwrite/blob/main/docs/runbooks.md";
+/** Every runbook_url is `${RUNBOOK_BASE}#<anchor>` until an installation changes the base (docs/install.md): the agent's own /runbooks page. */
+const RUNBOOK_BASE = "http://localhost:9470/runbooks";
 /** The group whose alerts find the agent's targets by job; the job regex is the only quoted string in their expressions. */
 const SCRAPE_GROUP = "lostwrite.scrape";
 const DEFAULT_JOB = "lostwrite|lostwrite-metrics";
@@ -151,12 +151,12 @@ void test("every alert has severity, summary, description and an absolute runboo
       assert.match(annotations.description ?? "", /\$labels\.node/, `${alert}: description does not name the node`);
     }
     const url = annotations.runbook_url ?? "";
-    assert.equal(new URL(url).protocol, "https:", `${alert}: runbook_url is an absolute https URL`);
+    assert.match(new URL(url).protocol, /^https?:$/, `${alert}: runbook_url is an absolute http(s) URL`);
     const anchor = alert.toLowerCase();
     assert.equal(url, `${RUNBOOK_BASE}#${anchor}`, `${alert}: runbook_url`);
     assert.ok(runbookSections.has(anchor), `${alert}: docs/runbooks.md has no section "## ${alert}"`);
   }
-  assert.ok(RUNBOOK_BASE.endsWith("/docs/runbooks.md"), "the default base is this repository's docs/runbooks.md");
+  assert.ok(RUNBOOK_BASE.endsWith(":9470/runbooks"), "the default base is the page every agent serves on its metrics port");
   for (const anchor of runbookSections.keys()) {
     assert.ok(
       alerts.some((a) => a.alert.toLowerCase() === anchor),
