@@ -16,9 +16,12 @@
 // SSL_read, and it writes the request with SSL_write nested inside it).
 //
 // Per socket the program keeps the request in flight (@tls_since, @tls_bytes):
-// from the first successful SSL_write after the last answer, with its
-// plaintext bytes, until
-// an SSL_read returns at least TLS_ANSWER_MIN_BYTES. When the socket reaches
+// from the first SSL_write after the last answer, with the plaintext bytes
+// written, until an SSL_read returns at least TLS_ANSWER_MIN_BYTES. An
+// SSL_write that has not returned success (@tls_pending: a body blocked on a
+// shut window, retried after WANT_WRITE, or failing with its connection) is
+// unanswered too, with the bytes it was asked to write: a client that never
+// finished writing its request was never answered. When the socket reaches
 // CLOSE it prints what is still unanswered; the agent puts that in place of
 // the socket probe's own count for the same socket (tlsAnswers.ts).
 //
@@ -54,26 +57,36 @@ function pidFilter(pids: readonly number[]): string {
   return [...pids].sort((a, b) => a - b).map((pid) => `pid == ${pid}`).join(" || ");
 }
 
-/** $ssl wrote $n plaintext bytes: a request starts, or goes on, on its socket. */
-const WROTE = `
-		$sk = @tls_sk[pid, $ssl];
-		if ($sk != 0) {
-			if (@tls_owner[$sk] == 0) {
-				@tls_owner[$sk] = (uint64)pid;
-			}
-			if (@tls_since[$sk] == 0) {
-				@tls_since[$sk] = nsecs;
-			}
-			@tls_bytes[$sk] = @tls_bytes[$sk] + $n;
-		}`;
+/** $ssl is asked to write $n plaintext bytes: a request starts, or goes on, on its socket; they count as pending until written. */
+const WRITING = `
+	$sk = @tls_sk[pid, $ssl];
+	if ($sk != 0) {
+		if (@tls_owner[$sk] == 0) {
+			@tls_owner[$sk] = (uint64)pid;
+		}
+		if (@tls_since[$sk] == 0) {
+			@tls_since[$sk] = nsecs;
+		}
+		@tls_pending[$sk] = $n;
+	}`;
 
-/** $ssl handed its caller $n plaintext bytes: an answer when large enough. */
+/** $ssl wrote $n plaintext bytes (0: the write has not succeeded, and stays pending). */
+const WROTE = `
+	$sk = @tls_sk[pid, $ssl];
+	if ($sk != 0 && $n > 0) {
+		@tls_bytes[$sk] = @tls_bytes[$sk] + $n;
+		delete(@tls_pending[$sk]);
+	}`;
+
+/** $ssl handed its caller $n plaintext bytes: an answer when large enough (a write still pending is the next request's). */
 const READ = `
 		if ($n >= ${TLS_ANSWER_MIN_BYTES}) {
 			$sk = @tls_sk[pid, $ssl];
 			if ($sk != 0) {
-				delete(@tls_since[$sk]);
 				delete(@tls_bytes[$sk]);
+				if (@tls_pending[$sk] == 0) {
+					delete(@tls_since[$sk]);
+				}
 			}
 		}`;
 
@@ -90,11 +103,12 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     // SSL_read_ex(ssl, buf, num, size_t *readbytes) returns 1 on success.
     `uprobe:${lib}:SSL_read_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n\t@tls_rdn[pid, tid] = arg3;\n}`,
     `uretprobe:${lib}:SSL_read_ex /${filter}/ {\n\t$ssl = @tls_rd[pid, tid];\n\t$p = @tls_rdn[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\t$n = (int64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = (int64)*(uint64 *)$p;\n\t}${READ}\n}`,
-    `uprobe:${lib}:SSL_write /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n}`,
-    `uretprobe:${lib}:SSL_write /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval > 0) {\n\t\t$n = (uint64)(int32)retval;\n\t}\n\tif ($n > 0) {${WROTE}\n\t}\n}`,
-    // SSL_write_ex(ssl, buf, num, size_t *written) returns 1 on success.
-    `uprobe:${lib}:SSL_write_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t@tls_wrn[pid, tid] = arg3;\n}`,
-    `uretprobe:${lib}:SSL_write_ex /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\t$p = @tls_wrn[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = *(uint64 *)$p;\n\t}\n\tif ($n > 0) {${WROTE}\n\t}\n}`,
+    // SSL_write(ssl, buf, int num) returns the bytes written, or <= 0.
+    `uprobe:${lib}:SSL_write /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t$ssl = arg0;\n\t$n = (uint64)(int32)arg2;${WRITING}\n}`,
+    `uretprobe:${lib}:SSL_write /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval > 0) {\n\t\t$n = (uint64)(int32)retval;\n\t}${WROTE}\n}`,
+    // SSL_write_ex(ssl, buf, size_t num, size_t *written) returns 1 on success.
+    `uprobe:${lib}:SSL_write_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t@tls_wrn[pid, tid] = arg3;\n\t$ssl = arg0;\n\t$n = (uint64)arg2;${WRITING}\n}`,
+    `uretprobe:${lib}:SSL_write_ex /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\t$p = @tls_wrn[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = *(uint64 *)$p;\n\t}${WROTE}\n}`,
     // The caller asks why a read failed: SSL_ERROR_ZERO_RETURN (6) is the
     // server's close_notify, read. The client's own close that follows it
     // answers the server's; the server ended the connection.
@@ -105,7 +119,7 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     // bpftrace 0.17's verifier rejects a read of args after a branch: copy them first.
     `tracepoint:sock:sock_send_length /${filter}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t}\n\t}\n}`,
     // A followed socket reached CLOSE (in any context: a reset is handled in softirq).
-    `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu %d\\n", nsecs, $owner, $skp, @tls_bytes[$skp], $waited, @tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
+    `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu %d\\n", nsecs, $owner, $skp, @tls_bytes[$skp] + @tls_pending[$skp], $waited, @tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_pending[$skp]);\n\t\t\tdelete(@tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
     // A thread leaving: its per-thread entries go with it.
     `tracepoint:sched:sched_process_exit /${filter}/ {\n\tdelete(@tls_cur[pid, tid]);\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\tdelete(@tls_ge[pid, tid]);\n}`,
   ];
@@ -115,7 +129,7 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     `BEGIN { printf("hello %llu %d\\n", nsecs, $1); }`,
     `interval:s:1 { printf("tick %llu\\n", nsecs); }`,
     ...probes,
-    `END {\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_ge);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes); clear(@tls_peer_closed);\n}`,
+    `END {\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_ge);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes); clear(@tls_pending); clear(@tls_peer_closed);\n}`,
     "",
   ].join("\n\n");
 }

@@ -60,6 +60,19 @@ export class HttpsClient {
     await waitFor(`the agent to watch ${name}`, () => agent.stderr.some((line) => line.includes(name)), 5000);
   }
 
+  /** Waits until a TLS program follows this client's OpenSSL, as one does a client that has lived for a while. */
+  async tlsFollowedBy(agent: AgentProcess): Promise<void> {
+    const attached = (line: string): boolean => {
+      try {
+        const entry = JSON.parse(line) as { msg?: string; pids?: unknown };
+        return entry.msg === "TLS probe attached" && Array.isArray(entry.pids) && entry.pids.includes(this.pid);
+      } catch {
+        return false;
+      }
+    };
+    await waitFor(`a TLS program to follow ${this.comm}[${this.pid}]`, () => agent.stderr.some(attached), 20_000);
+  }
+
   async run(command: string, timeoutMs = 10_000): Promise<Step> {
     const before = this.steps.length;
     this.child.stdin!.write(command + "\n");
