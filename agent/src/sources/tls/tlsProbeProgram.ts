@@ -57,10 +57,15 @@ function pidFilter(pids: readonly number[]): string {
   return [...pids].sort((a, b) => a - b).map((pid) => `pid == ${pid}`).join(" || ");
 }
 
-/** $ssl is asked to write $n plaintext bytes: a request starts, or goes on, on its socket; they count as pending until written. */
+/**
+ * $ssl is asked to write $n plaintext bytes: a request starts, or goes on, on
+ * its socket; they count as pending until written. Not on a socket that has
+ * closed (a client writing into a dead connection): nothing would print or
+ * delete what it left.
+ */
 const WRITING = `
 	$sk = @tls_sk[pid, $ssl];
-	if ($sk != 0) {
+	if ($sk != 0 && @tls_alive[$sk] != 0) {
 		if (@tls_owner[$sk] == 0) {
 			@tls_owner[$sk] = (uint64)pid;
 		}
@@ -117,9 +122,9 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     // A freed SSL's address may be the next one's.
     `uprobe:${lib}:SSL_free /${filter}/ {\n\tdelete(@tls_sk[pid, arg0]);\n\t$cur = @tls_cur[pid, tid];\n\tif ($cur == arg0) {\n\t\tdelete(@tls_cur[pid, tid]);\n\t}\n}`,
     // bpftrace 0.17's verifier rejects a read of args after a branch: copy them first.
-    `tracepoint:sock:sock_send_length /${filter}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t}\n\t}\n}`,
+    `tracepoint:sock:sock_send_length /${filter}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t\t@tls_alive[$skp] = 1;\n\t\t}\n\t}\n}`,
     // A followed socket reached CLOSE (in any context: a reset is handled in softirq).
-    `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu %d\\n", nsecs, $owner, $skp, @tls_bytes[$skp] + @tls_pending[$skp], $waited, @tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_pending[$skp]);\n\t\t\tdelete(@tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
+    `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\tdelete(@tls_alive[$skp]);\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu %d\\n", nsecs, $owner, $skp, @tls_bytes[$skp] + @tls_pending[$skp], $waited, @tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_pending[$skp]);\n\t\t\tdelete(@tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
     // A thread leaving: its per-thread entries go with it.
     `tracepoint:sched:sched_process_exit /${filter}/ {\n\tdelete(@tls_cur[pid, tid]);\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\tdelete(@tls_ge[pid, tid]);\n}`,
   ];
@@ -129,7 +134,7 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     `BEGIN { printf("hello %llu %d\\n", nsecs, $1); }`,
     `interval:s:1 { printf("tick %llu\\n", nsecs); }`,
     ...probes,
-    `END {\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_ge);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes); clear(@tls_pending); clear(@tls_peer_closed);\n}`,
+    `END {\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_ge);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes); clear(@tls_pending); clear(@tls_alive); clear(@tls_peer_closed);\n}`,
     "",
   ].join("\n\n");
 }
