@@ -62,10 +62,15 @@ export async function startOperator(opts: OperatorOptions): Promise<Operator> {
   informer.on("update", (widget) => queue.add(keyOf(widget)));
   informer.on("delete", (widget) => queue.forget(keyOf(widget)));
   let stopping = false;
+  // Not unref'd: while the apiserver is down this timer may be all that keeps
+  // the process alive (an operator with nothing queued), and Node would exit
+  // quietly, code 0, in the middle of the outage.
+  let restart: NodeJS.Timeout | undefined;
   informer.on("error", (error: unknown) => {
     if (stopping) return;
     opts.log({ level: "error", msg: "watch failed, restarting", error: String(error) });
-    setTimeout(() => { if (!stopping) informer.start().catch(() => undefined); }, 1000).unref();
+    clearTimeout(restart);
+    restart = setTimeout(() => { if (!stopping) informer.start().catch(() => undefined); }, 1000);
   });
 
   const worker = async (): Promise<void> => {
@@ -91,6 +96,7 @@ export async function startOperator(opts: OperatorOptions): Promise<Operator> {
     client, queue,
     stop: async () => {
       stopping = true;
+      clearTimeout(restart);
       queue.shutdown();
       await informer.stop();
       await Promise.all(workers);

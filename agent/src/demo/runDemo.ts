@@ -197,6 +197,14 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
     screen.finish();
     const result = matchDetections(expected(), events, operators);
     printSummary(screen, result, records, rules, operators);
+    // A target that died during the script makes every later step about it meaningless, however the summary reads.
+    const died = [
+      ...stack.operators.map((op) => ({ label: operatorLabel(op), child: op.child })),
+      { label: "status writer", child: stack.writer.child },
+    ].filter(({ child }) => child.exitCode !== null || child.signalCode !== null);
+    for (const { label, child } of died) {
+      screen.line(screen.style("red", `✘ the ${label} [${child.pid}] exited during the demo (${child.signalCode ?? `code ${child.exitCode}`}): see ${stack.logPath}`));
+    }
     if (skipped > 0) screen.line(`${skipped} step(s) of the script skipped: they start past --duration`);
 
     if (opts.record !== undefined && !existsSync(opts.record)) {
@@ -209,7 +217,7 @@ export async function runDemo(rawOpts: Record<string, unknown>, out: NodeJS.Writ
       screen.line(`       node_modules/.bin/node agent/src/cli.ts tail ws://${hostForUrl(stack.agent.listen.host)}:${stack.agent.listen.port}/events --since 2000-01-01T00:00:00Z`);
       await new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve(), { once: true }));
     }
-    return result.agree ? 0 : 1;
+    return result.agree && died.length === 0 ? 0 : 1;
   } catch (err) {
     screen.finish();
     if (stop.signal.aborted) return 130;
