@@ -65,7 +65,7 @@ function pidFilter(pids: readonly number[]): string {
  */
 const WRITING = `
 	$sk = @tls_sk[pid, $ssl];
-	if ($sk != 0 && @tls_alive[$sk] != 0) {
+	if ($sk != 0 && $n > 0 && @tls_alive[$sk] != 0) {
 		if (@tls_owner[$sk] == 0) {
 			@tls_owner[$sk] = (uint64)pid;
 		}
@@ -108,8 +108,8 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     // SSL_read_ex(ssl, buf, num, size_t *readbytes) returns 1 on success.
     `uprobe:${lib}:SSL_read_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n\t@tls_rdn[pid, tid] = arg3;\n}`,
     `uretprobe:${lib}:SSL_read_ex /${filter}/ {\n\t$ssl = @tls_rd[pid, tid];\n\t$p = @tls_rdn[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\t$n = (int64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = (int64)*(uint64 *)$p;\n\t}${READ}\n}`,
-    // SSL_write(ssl, buf, int num) returns the bytes written, or <= 0.
-    `uprobe:${lib}:SSL_write /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t$ssl = arg0;\n\t$n = (uint64)(int32)arg2;${WRITING}\n}`,
+    // SSL_write(ssl, buf, int num) returns the bytes written, or <= 0; a num below 1 is an error, no request.
+    `uprobe:${lib}:SSL_write /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t$ssl = arg0;\n\t$n = (uint64)0;\n\tif ((int32)arg2 > 0) {\n\t\t$n = (uint64)(int32)arg2;\n\t}${WRITING}\n}`,
     `uretprobe:${lib}:SSL_write /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval > 0) {\n\t\t$n = (uint64)(int32)retval;\n\t}${WROTE}\n}`,
     // SSL_write_ex(ssl, buf, size_t num, size_t *written) returns 1 on success.
     `uprobe:${lib}:SSL_write_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t@tls_wrn[pid, tid] = arg3;\n\t$ssl = arg0;\n\t$n = (uint64)arg2;${WRITING}\n}`,
