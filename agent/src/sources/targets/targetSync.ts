@@ -1,7 +1,10 @@
 // Keeps the kernel's target set and the per-workload series in step with the
 // target watcher: a target added is traced and gets its series at once; a
 // target removed stops being traced, its final counters are read, then the
-// kernel forgets them; a pod with no target left loses its series.
+// kernel forgets them; a pod with no target left loses its series, but only
+// after a grace long enough for Prometheus to scrape what its last process
+// did: a process that loses a write and exits (a crash, a Job) would
+// otherwise take its loss out of /metrics before anyone saw it.
 import type { Logger } from "../../sinks/log.ts";
 import type { SyscallCounterKey } from "../probe/controlChannel.ts";
 import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../sinks/lossMetrics.ts";
@@ -28,10 +31,18 @@ export interface TargetSyncOptions {
   log: Logger;
   /** How long a removed target's counters stay in the kernel: long enough for one more counter print. */
   forgetAfterMs?: number;
+  /** How long a pod with no target left keeps its series (default 10 min: several scrapes at any usual interval). */
+  podSeriesGraceMs?: number;
+  /** Pods waiting to lose their series, at most (default 4096); past it the oldest loses them at once, counted as a targets/capacity drop. */
+  podSeriesCapacity?: number;
 }
+
+const DEFAULT_POD_SERIES_GRACE_MS = 10 * 60_000;
 
 export class TargetSync {
   private readonly opts: TargetSyncOptions;
+  /** "namespace/pod" → the timer that removes its series once the grace is over. */
+  private readonly podSeriesRemovals = new Map<string, NodeJS.Timeout>();
 
   constructor(opts: TargetSyncOptions) {
     this.opts = opts;
@@ -39,11 +50,13 @@ export class TargetSync {
   }
 
   async apply({ added, removed }: TargetChanges): Promise<void> {
-    const { kernel, metrics, log, targets } = this.opts;
+    const { kernel, metrics, log } = this.opts;
     for (const t of added) {
       // A process rejected at its exec may become a target later (moved into
       // a watched container's cgroup): its lines count from now on.
       this.opts.admission.forget(t.pid);
+      // A pod watched again keeps its series.
+      this.cancelPodSeriesRemoval(t.identity.namespace, t.identity.pod);
       // Series exist from the first scrape, so rate() sees the first increment.
       initWorkloadSeries(metrics, workloadLabels(t.identity));
       await kernel.addTarget(t.pid);
@@ -53,17 +66,53 @@ export class TargetSync {
     const gone = removed.filter((t) => !added.some((a) => a.pid === t.pid));
     for (const t of gone) await kernel.removeTarget(t.pid);
     if (gone.length) this.forgetLater(gone.map((t) => t.pid));
-    // A pod none of whose processes is watched any more: drop its series.
+    // A pod none of whose processes is watched any more: drop its series, after the grace.
     for (const { identity } of removed) {
-      const stillWatched = targets.pids().some((pid) => {
-        const other = targets.identity(pid)?.identity;
-        return other?.pod === identity.pod && other.namespace === identity.namespace;
-      });
-      if (identity.pod && !stillWatched) await removePodSeries(metrics, identity.namespace, identity.pod);
+      if (identity.pod && !this.podWatched(identity.namespace, identity.pod)) this.removePodSeriesLater(identity.namespace, identity.pod);
     }
     if (added.length || removed.length) {
       log.info("targets changed", { added: added.map((t) => `${t.comm}[${t.pid}]`), removed: removed.map((t) => `${t.comm}[${t.pid}]`) });
     }
+  }
+
+  private podWatched(namespace: string, pod: string): boolean {
+    return this.opts.targets.pids().some((pid) => {
+      const other = this.opts.targets.identity(pid)?.identity;
+      return other?.pod === pod && other.namespace === namespace;
+    });
+  }
+
+  private removePodSeriesLater(namespace: string, pod: string): void {
+    const { metrics } = this.opts;
+    const key = `${namespace}/${pod}`;
+    this.cancelPodSeriesRemoval(namespace, pod);
+    if (this.podSeriesRemovals.size >= (this.opts.podSeriesCapacity ?? 4096)) {
+      const [oldestKey, oldestTimer] = this.podSeriesRemovals.entries().next().value!;
+      clearTimeout(oldestTimer);
+      this.podSeriesRemovals.delete(oldestKey);
+      const [oldestNamespace = "", oldestPod = ""] = oldestKey.split("/");
+      metrics.eventsDropped.inc({ stage: "targets", reason: "capacity" });
+      this.removeNow(oldestNamespace, oldestPod);
+    }
+    const timer = setTimeout(() => {
+      this.podSeriesRemovals.delete(key);
+      if (!this.podWatched(namespace, pod)) this.removeNow(namespace, pod);
+    }, this.opts.podSeriesGraceMs ?? DEFAULT_POD_SERIES_GRACE_MS);
+    // Never what keeps the agent running.
+    timer.unref();
+    this.podSeriesRemovals.set(key, timer);
+  }
+
+  private cancelPodSeriesRemoval(namespace: string, pod: string): void {
+    const key = `${namespace}/${pod}`;
+    clearTimeout(this.podSeriesRemovals.get(key));
+    this.podSeriesRemovals.delete(key);
+  }
+
+  private removeNow(namespace: string, pod: string): void {
+    removePodSeries(this.opts.metrics, namespace, pod).catch((err: unknown) =>
+      this.opts.log.warnRateLimited("pod-series", "could not remove a gone pod's series", { error: String(err) }),
+    );
   }
 
   /** The next counter print carries the removed targets' final values; then the kernel forgets them. */
