@@ -14,7 +14,7 @@
 // test that started its client at once saw one or the other, depending on
 // how fast the program attached.)
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -54,8 +54,17 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
       "--target-comm", TARGET_COMM,
       "--apiserver", `127.0.0.1:${api.port}`,
       "--correlation-window", "500ms",
+      // What the probes printed, for a failure to show (see probeLinesOf).
+      "--record", path.join(dir, "session.jsonl"),
     ]);
   });
+
+  /** The probes' recorded lines that name the client's pid, and the probe's restarts: what a wrong verdict was made of. */
+  async function probeLinesOf(c: HttpsClient): Promise<string> {
+    const lines = readFileSync(path.join(dir, "session.jsonl"), "utf8").split("\n").filter((l) => l.includes(` ${c.pid} `) && !l.includes('"type\\": \\"map'));
+    const restarts = await agent.metric("lostwrite_probe_restarts_total");
+    return `\nprobe restarts: ${restarts}; connection losses: ${await losses(c, "timeout")} timeout, ${await losses(c, "reset")} reset\n${lines.slice(-20).join("\n")}`;
+  }
 
   after(async () => {
     clients?.close();
@@ -226,7 +235,7 @@ describe("connection deaths with a request unanswered, on the real kernel", { sk
     await settle();
     const events = eventsOf(c);
     const event = events.find((e) => e.cause === "connection_reset");
-    assert.ok(event, `a connection_reset among ${JSON.stringify(events)}`);
+    assert.ok(event, `a connection_reset among ${JSON.stringify(events)}${event ? "" : await probeLinesOf(c)}`);
     assert.equal(event.errno, "ETIMEDOUT");
     // The whole request: the body the client was still writing when the kernel gave up is unanswered too.
     assertUnansweredBytes(event, request);
