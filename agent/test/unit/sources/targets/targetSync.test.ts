@@ -3,7 +3,7 @@
 // for the next scrape; a pod watched again keeps them; past the grace (or the
 // capacity of pods waiting) they go.
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
+import { afterEach, beforeEach, describe, it, mock } from "node:test";
 import type { ProcessIdentity } from "../../../../src/model.ts";
 import { recordLoss } from "../../../../src/sinks/lossMetrics.ts";
 import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
@@ -14,7 +14,11 @@ import type { TargetChanges, TargetWatcher, WatchedTarget } from "../../../../sr
 import { sampleEvent } from "../../sinks/sampleEvent.ts";
 import { Writable } from "node:stream";
 
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+/** Moves the mocked clock past `ms`, then lets the series removal it started finish. */
+async function advance(ms: number): Promise<void> {
+  mock.timers.tick(ms);
+  await new Promise((resolve) => setImmediate(resolve));
+}
 
 function target(pid: number, pod: string): WatchedTarget {
   const identity: Omit<ProcessIdentity, "tid"> = { pid, process: "manager", namespace: "ops", pod, container: "manager", controller: "widget" };
@@ -70,6 +74,9 @@ function countLoss(metrics: AgentMetrics, pod: string): void {
 }
 
 describe("TargetSync and a pod's series", { timeout: 30_000 }, () => {
+  beforeEach(() => mock.timers.enable({ apis: ["setTimeout"] }));
+  afterEach(() => mock.timers.reset());
+
   it("keeps a pod's loss in /metrics after its last process exits, until the grace is over", async () => {
     const { metrics, watched } = setUp({ graceMs: 300 });
     const p = target(41, "op-1");
@@ -77,7 +84,7 @@ describe("TargetSync and a pod's series", { timeout: 30_000 }, () => {
     countLoss(metrics, "op-1");
     await watched.change([], [p]);
     assert.equal(await lostCount(metrics, "op-1"), 1, "the loss its last process counted is still scrapeable");
-    await sleep(500);
+    await advance(300);
     assert.equal(await lostCount(metrics, "op-1"), undefined, "gone once the grace is over");
   });
 
@@ -88,7 +95,7 @@ describe("TargetSync and a pod's series", { timeout: 30_000 }, () => {
     countLoss(metrics, "op-1");
     await watched.change([], [first]);
     await watched.change([target(42, "op-1")], []);
-    await sleep(500);
+    await advance(300);
     assert.equal(await lostCount(metrics, "op-1"), 1);
   });
 
@@ -100,7 +107,7 @@ describe("TargetSync and a pod's series", { timeout: 30_000 }, () => {
       countLoss(metrics, pod);
       await watched.change([], [t]);
     }
-    await sleep(50);
+    await advance(0);
     assert.equal(await lostCount(metrics, "a"), undefined);
     assert.equal(await lostCount(metrics, "b"), 1);
     assert.equal(await lostCount(metrics, "c"), 1);
