@@ -110,8 +110,8 @@ async function main(): Promise<void> {
       functions: Object.fromEntries(Object.entries(f.functions).map(([fn, l]) => [fn, { ...l, probeOffset: l.fileOffset }])) as typeof f.functions,
     }));
     const programs = {
-      probe: renderGoProgram({ binary: binaryPath, families: inspected.families, pids: [client.pid] }),
-      entry: renderGoProgram({ binary: binaryPath, families: atEntries, pids: [client.pid] }),
+      probe: renderGoProgram({ binary: binaryPath, families: inspected.families, programId: 0, pids: [client.pid], execWatch: false }),
+      entry: renderGoProgram({ binary: binaryPath, families: atEntries, programId: 0, pids: [client.pid], execWatch: false }),
     };
     type Phase = "none" | keyof typeof programs;
     const phases: Phase[] = inspected.probePlacement === "entry" ? ["none", "probe"] : ["none", "probe", "entry"];

@@ -105,7 +105,7 @@ export const SYSTEM_LIBSSL = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
 export async function withTlsProgram(first: ToolRun, targetPid: number): Promise<ToolRun> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-tls-"));
   const file = path.join(dir, "tls.bt");
-  writeFileSync(file, renderTlsProgram({ library: SYSTEM_LIBSSL, pids: [targetPid] }));
+  writeFileSync(file, renderTlsProgram({ library: SYSTEM_LIBSSL, programId: 0, pids: [targetPid], execWatch: false }));
   let tls: ToolRun;
   try {
     tls = await runBpftrace([file, "0"], ["sock:sock_send_length", "sock:inet_sock_set_state"], `bpftrace ${file}`);

@@ -76,6 +76,8 @@ export function buildLossStages(opts: LossStagesOptions) {
     windowMs: config["correlation-window"],
     senderGraceMs: config["span-grace"],
     isApiserver: opts.isApiserver ?? configuredApiserver(config),
+    // Socket-path losses wait for the Go lines of their time first (the Go requests' hold, 50 ms, and its drain).
+    socketLagMs: opts.claimSocketEvent ? 250 : 0,
     now,
   });
 
@@ -87,7 +89,7 @@ export function buildLossStages(opts: LossStagesOptions) {
 
   /** A probe record, or a TLS program's attachment, in the order they came. */
   const handleRecord = (record: ProbeRecord | TlsAttachment): void => {
-    if (record.type === "tls_attached") tlsAnswers.setAttached(record.pid, record.attached);
+    if (record.type === "tls_attached") tlsAnswers.setAttached(record.pid, record.attached, record.since);
     else if (record.type === "tls_close") tlsAnswers.addVerdict(record);
     else if (!tlsAnswers.offer(record)) judgeRecord(record);
   };
@@ -184,7 +186,7 @@ export interface GoRequestWiring {
   /** The kernel leaves followed processes' sends alone (sockets variant): their writes and clean closes are counted from their requests. */
   requestLevelSends: boolean;
   /** Besides telling the correlator: a followed process's program attached or went away. */
-  onAttached?: (pid: number, attached: boolean) => void;
+  onAttached?: (pid: number, attached: boolean, atNs: bigint) => void;
   onDrop: (reason: "capacity") => void;
 }
 
@@ -199,9 +201,9 @@ export function followGoRequests(judged: LossStages, wiring: GoRequestWiring): G
     onLoss: (event) => judged.addRequestLoss(event),
     onRetry: (event, code) => judged.addRequestRetry(event, code),
     onAnswered: (event) => judged.addRequestAnswer(event),
-    onAttached: (pid, attached) => {
+    onAttached: (pid, attached, atNs) => {
       if (attached) judged.noteRequestLevel(pid);
-      wiring.onAttached?.(pid, attached);
+      wiring.onAttached?.(pid, attached, atNs);
     },
     ...(wiring.requestLevelSends
       ? {

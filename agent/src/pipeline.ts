@@ -35,6 +35,7 @@ import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { GoProbes } from "./sources/goHttp2/goProbes.ts";
 import { TlsProbes } from "./sources/tls/tlsProbes.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
+import { FollowChannel } from "./sources/probe/followChannel.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import type { TlsAttachment } from "./sources/tls/tlsAnswers.ts";
 import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
@@ -139,8 +140,8 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const goRequests = followGoRequests(judged, {
     isApiserver,
     requestLevelSends,
-    onAttached: (pid, attached) => {
-      recorder?.goAttached(pid, attached);
+    onAttached: (pid, attached, atNs) => {
+      recorder?.goAttached(pid, attached, attached ? atNs : undefined);
       if (requestLevelSends) void probe.setRequestLevel(pid, attached);
     },
     onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
@@ -175,8 +176,13 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     onInstance: () => judged.counters.reset(),
   });
 
-  // What the per-file uprobe programs (Go requests, TLS answers) need of the agent.
+  // What the per-file uprobe programs (Go requests, TLS answers) need of the
+  // agent; they follow processes as the socket probe makes targets: from exec.
+  const follow = new FollowChannel();
   const uprobeContext = {
+    follow,
+    execWatch: newProgramsCanMatch(config),
+    isTarget: (pid: number) => targets.identity(pid) !== undefined,
     bpftrace: config.bpftrace,
     procRoot: config["proc-root"],
     agentHostPid: self.hostPid,
@@ -201,16 +207,26 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
         answers: judged.tlsAnswers,
         onVerdict: (record) => probeRecords.push(record),
         // In the records' queue, in the order recorded: applied between the same records live and in replay.
-        onAttached: (pid, attached) => {
-          probeRecords.push({ type: "tls_attached", pid, attached });
-          recorder?.tlsAttached(pid, attached);
+        onAttached: (pid, attached, atNs) => {
+          probeRecords.push({ type: "tls_attached", pid, attached, since: atNs });
+          recorder?.tlsAttached(pid, attached, attached ? atNs : undefined);
         },
         ...(recorder ? { onLine: (line: string) => recorder.tlsProbeLine(line) } : {}),
       })
     : null;
 
   // --- wiring: who tells whom ------------------------------------------------------
-  const admission = new ExecAdmission({ targets, removeFromKernel: (pid) => probe.removeTarget(pid), procRoot: config["proc-root"], metrics, log });
+  const admission = new ExecAdmission({
+    targets,
+    removeFromKernel: async (pid) => {
+      await probe.removeTarget(pid);
+      await goProbes?.unfollow(pid);
+      await tlsProbes?.unfollow(pid);
+    },
+    procRoot: config["proc-root"],
+    metrics,
+    log,
+  });
   probe.onRecord((record) => {
     if (!admission.admit(record)) return false;
     probeRecords.push(record); // a drop here is counted by the queue; the line is still recorded
@@ -238,6 +254,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     correlatorStage(judged.correlator),
     otlp,
     ...(kube ? [kubernetesStage(kube, targets, endpoints, log)] : []),
+    ...(goProbes || tlsProbes ? [stage("follow channel", () => follow.open(), () => follow.close())] : []),
     stage("target scan", () => targets.scan()),
     probe,
     ...(goProbes ? [goProbes] : []),

@@ -124,7 +124,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       continue;
     }
     if (record.kind === "goAttached") {
-      goRequests.setAttached(record.pid, record.attached, record.t);
+      goRequests.setAttached(record.pid, record.attached, record.attached ? (record.since ?? record.t) : record.t);
       continue;
     }
     if (record.kind === "goProbe") {
@@ -133,7 +133,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       continue;
     }
     if (record.kind === "tlsAttached") {
-      stages.handleRecord({ type: "tls_attached", pid: record.pid, attached: record.attached });
+      stages.handleRecord({ type: "tls_attached", pid: record.pid, attached: record.attached, since: record.since ?? record.t });
       continue;
     }
     if (record.kind === "tlsProbe") {

@@ -107,6 +107,12 @@ export interface CorrelatorOptions {
    * the operator exported the span.
    */
   kernelLagMs?: number;
+  /**
+   * The same for any process's socket-path losses (default 0): with Go
+   * probes, each waits for the Go lines of its time before it is judged
+   * (goRequests.ts), also a process no Go program follows yet.
+   */
+  socketLagMs?: number;
   /** Wall-clock ms; injected by replay and tests. */
   now?: () => number;
 }
@@ -161,11 +167,12 @@ export class Correlator {
       senderGraceMs: 60_000,
       isApiserver: () => false,
       kernelLagMs: 1000,
+      socketLagMs: 0,
       targetSinceMs: () => null,
       now: Date.now,
       ...opts,
     };
-    for (const key of ["windowMs", "slackMs", "pendingCapacity", "pendingSpanLossCapacity", "claimedCapacity", "senderCapacity", "senderMemoryMs", "senderGraceMs", "kernelLagMs"] as const) {
+    for (const key of ["windowMs", "slackMs", "pendingCapacity", "pendingSpanLossCapacity", "claimedCapacity", "senderCapacity", "senderMemoryMs", "senderGraceMs", "kernelLagMs", "socketLagMs"] as const) {
       const v = this.#o[key];
       if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`correlator ${key}: expected a number >= 0, got ${v}`);
     }
@@ -285,8 +292,22 @@ export class Correlator {
         continue;
       }
       const expired = now >= entry.deadlineMs;
-      const kernelMayFollow = now < Number(entry.span.endNs / 1_000_000n) + this.#o.kernelLagMs && this.#readByRequestProbe(entry.span);
-      if (!expired && (kernelMayFollow || !ancestryComplete(entry.span, this.#lookup) || this.#kernelEventMayClaim(entry.span))) continue;
+      const describedBy = this.#kernelEventsThatMayClaim(entry.span);
+      if (expired && describedBy.length > 0) {
+        // The kernel's event of the same failure came later (it waited for
+        // the Go lines of its time): it speaks for the span, now.
+        for (const kernel of describedBy) {
+          this.#pending.splice(this.#pending.indexOf(kernel), 1);
+          this.#emitKernel(kernel);
+        }
+        if (this.#claimed.has(key)) {
+          this.#pendingSpanLosses.delete(key);
+          continue;
+        }
+      }
+      const endMs = Number(entry.span.endNs / 1_000_000n);
+      const kernelMayFollow = now < endMs + this.#o.socketLagMs || (now < endMs + this.#o.kernelLagMs && this.#readByRequestProbe(entry.span));
+      if (!expired && (kernelMayFollow || !ancestryComplete(entry.span, this.#lookup) || describedBy.length > 0)) continue;
       this.#pendingSpanLosses.delete(key);
       if (this.#retriedAndAnswered(entry.span)) {
         this.#claim(entry.span);
@@ -471,10 +492,10 @@ export class Correlator {
   }
 
   /** A pending kernel event of the span's process near the span's time may still claim it. */
-  #kernelEventMayClaim(span: IndexedSpan): boolean {
+  #kernelEventsThatMayClaim(span: IndexedSpan): PendingKernel[] {
     const code = span.request?.statusCode ?? null;
     // An answered span is described only by a kernel event that read the same answer (Go's HTTP/2 probe).
-    return this.#pending.some(
+    return this.#pending.filter(
       (p) =>
         (code === null || (p.event.request?.statusCode === code && samePath(p.event.request, span))) &&
         spanOfProcess(span, p.query) &&

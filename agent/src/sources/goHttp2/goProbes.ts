@@ -1,16 +1,16 @@
 // Request-level probing of the Go targets: every target's executable is
 // inspected once per binary (device and inode); each binary whose HTTP/2
-// client can be hooked gets its own bpftrace program (UprobePrograms),
-// filtered to the targets running it, and re-rendered when that set changes.
+// client can be hooked gets its own bpftrace program (UprobePrograms), kept
+// while the binary can run again and told which of its processes to follow.
 // Everything else stays on the socket path alone, with the reason logged once
 // per binary. Lines go to GoRequests; the drain timer applies them in order.
-import { stat } from "node:fs/promises";
+import { readlink, stat } from "node:fs/promises";
 import path from "node:path";
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import { inspectGoBinary, type GoBinaryInspected } from "../goBinary/inspectGoBinary.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
-import { GO_PROBE_ENV, MAX_PIDS_PER_PROGRAM, renderGoProgram } from "./goProbeProgram.ts";
+import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
 import { isGoRecord, type GoRequests } from "./goRequests.ts";
 
 export interface GoProbesOptions extends UprobeContext {
@@ -34,13 +34,12 @@ export class GoProbes {
     const { requests, metrics } = this.#o;
     this.#programs = new UprobePrograms({
       what: "Go probe",
-      maxPids: MAX_PIDS_PER_PROGRAM,
       attachedGauge: metrics.goProbesAttached,
       restarts: metrics.goProbeRestarts,
       onRecord: (record) => {
         if (isGoRecord(record)) requests.add(record);
       },
-      onAttached: (pid, attached) => requests.setAttached(pid, attached, this.#o.nowNs()),
+      onAttached: (pid, attached, atNs) => requests.setAttached(pid, attached, atNs),
       ...this.#o,
     });
   }
@@ -73,29 +72,33 @@ export class GoProbes {
     this.#o.requests.flush();
   }
 
+  /** A process its exec made followed, and that is no target. */
+  unfollow(pid: number): Promise<void> {
+    return this.#programs.unfollowEverywhere(pid);
+  }
+
   async #apply({ added, removed }: TargetChanges): Promise<void> {
-    const touched = new Set<string>();
     for (const { pid } of removed) {
-      const key = this.#programs.remove(pid);
-      if (key === undefined) continue;
+      if (!this.#programs.isFollowed(pid)) continue;
+      await this.#programs.remove(pid);
       this.#o.requests.forget(pid, this.#o.nowNs());
-      touched.add(key);
     }
     for (const { pid } of added) {
       const key = await this.#binaryKey(pid);
       if (key === null) continue;
       const inspected = this.#inspected.get(key) ?? (await this.#inspect(key, pid));
       if (typeof inspected === "string") continue;
-      this.#programs.add(pid, key, () => ({
-        // Through a live pid's /proc entry: the path works in a pod, and for a binary deleted since.
-        render: (pids, livePid) => renderGoProgram({ binary: this.#exe(livePid), families: inspected.families, pids }),
+      // The name the logs give the binary: what /proc/<pid>/exe points at.
+      const name = path.basename(await readlink(this.#exe(pid)).catch(() => inspected.path)).replace(/ \(deleted\)$/, "");
+      await this.#programs.add(pid, key, () => ({
+        // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
+        path: this.#exe(pid),
+        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
-        details: { file: path.basename(inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
+        details: { file: name, go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
       }));
-      touched.add(key);
     }
-    for (const key of touched) await this.#programs.rerender(key);
     this.#o.metrics.goTargets.set({ coverage: "requests" }, this.#programs.followed);
   }
 

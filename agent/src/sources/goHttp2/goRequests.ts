@@ -78,7 +78,8 @@ export interface GoRequestsOptions {
   /** A status write answered 2xx: what resolves an earlier rejection of the same write as a retry. */
   onAnswered: (event: SocketEvent) => void;
   /** The requests of this pid are read from now on (true), or no longer (false). */
-  onAttached?: (pid: number, attached: boolean) => void;
+  /** `atNs`: since when the program follows the pid (attached), or when it stopped. */
+  onAttached?: (pid: number, attached: boolean, atNs: bigint) => void;
   /** A request to an apiserver was written, of any method: the write count of a process this path follows. */
   onRequest?: (request: GoRequest) => void;
   /**
@@ -104,7 +105,7 @@ export interface GoRequestsOptions {
 type Queued = { ts: bigint } & (
   | { kind: "go"; record: Exclude<GoRecord, PrintfRecordOf<"go_path">>; request?: GoRequest }
   | { kind: "socket"; event: SocketEvent; identity: ProcessIdentity }
-  | { kind: "detached"; pid: number }
+  | { kind: "detached"; pid: number; until: bigint }
 );
 
 interface Assembling {
@@ -143,8 +144,12 @@ export class GoRequests {
   readonly #conns = new Map<string, Conn>();
   /** pid|stream pointer → conn key and stream id. */
   readonly #streams = new Map<string, { conn: string; streamId: number }>();
-  /** Pids whose Go program is attached: their socket-path losses wait for this path's verdict. */
-  readonly #attached = new Set<number>();
+  /**
+   * Pids a Go program follows: since when, and until when once it stopped
+   * (kernel ns; kept until the lines before then are applied). A socket-path
+   * loss is this path's when its pid was followed at the time.
+   */
+  readonly #attached = new Map<number, { since: bigint; until: bigint | null }>();
   #followed = 0;
   #onQueued: () => void = () => {};
 
@@ -161,23 +166,29 @@ export class GoRequests {
   }
 
   /**
-   * The Go program of `pid` attached (true) or went away (false) at kernel
-   * time `atNs`. Gone, it leaves the requests it was following undecided:
+   * The Go program of `pid` attached (true: it follows the pid since kernel
+   * time `atNs`) or went away (false) at kernel time `atNs`. Gone, it leaves the requests it was following undecided:
    * their answers may come while no program reads them, so once the lines it
    * printed before `atNs` are applied, they are dropped, not judged by a
    * connection end seen later (which would make each a false loss).
    */
   setAttached(pid: number, attached: boolean, atNs?: bigint): void {
-    if (attached === this.#attached.has(pid)) return;
-    if (attached) this.#attached.add(pid);
-    else this.#attached.delete(pid);
-    if (!attached && atNs !== undefined) this.#enqueue({ ts: atNs, kind: "detached", pid });
-    this.#o.onAttached(pid, attached);
+    const followed = this.#attached.get(pid);
+    if (attached === (followed !== undefined && followed.until === null)) return;
+    if (attached) {
+      this.#attached.set(pid, { since: atNs ?? 0n, until: null });
+    } else if (atNs !== undefined) {
+      followed!.until = atNs;
+      this.#enqueue({ ts: atNs, kind: "detached", pid, until: atNs });
+    } else {
+      this.#attached.delete(pid);
+    }
+    this.#o.onAttached(pid, attached, atNs ?? 0n);
   }
 
   /** The pids whose Go program is attached now. */
   attachedPids(): number[] {
-    return [...this.#attached];
+    return [...this.#attached].filter(([, followed]) => followed.until === null).map(([pid]) => pid);
   }
 
   /**
@@ -223,11 +234,12 @@ export class GoRequests {
   }
 
   /**
-   * A socket-path loss. True when this path takes it (its process's Go
-   * program is attached): it is then decided in order with the Go lines.
+   * A socket-path loss: taken, and decided in order with the Go lines, once
+   * they have had the time to say whether a Go program followed its process
+   * then (a process followed from its exec is announced by its first
+   * request's line, which may come after the loss of a short-lived one).
    */
   offerSocketEvent(event: SocketEvent, identity: ProcessIdentity): boolean {
-    if (!this.#attached.has(event.pid)) return false;
     this.#enqueue({ ts: event.kernelTimeNs, kind: "socket", event, identity });
     return true;
   }
@@ -291,7 +303,11 @@ export class GoRequests {
   }
 
   #apply(entry: Queued): void {
-    if (entry.kind === "detached") return this.#unfollow(entry.pid);
+    if (entry.kind === "detached") {
+      // Unless a program follows it again since.
+      if (this.#attached.get(entry.pid)?.until === entry.until) this.#attached.delete(entry.pid);
+      return this.#unfollow(entry.pid);
+    }
     if (entry.kind === "socket") {
       if (!this.#speaksFor(entry.event)) this.#o.forward(entry.event, entry.identity);
       return;
@@ -401,10 +417,16 @@ export class GoRequests {
    * apiserver connections are Go's HTTP/2 client's, whose every request this
    * path reads — a reset, a close or a failed write on one of them is either
    * a request this path reports or no request at all (a watch, a PING).
-   * Only a failed connect precedes every request and is the socket path's.
+   * Only a failed connect precedes every request and is the socket path's;
+   * and a request the socket path saw unanswered since before the program
+   * followed the process (`since`): the program did not see it written.
    */
   #speaksFor(event: SocketEvent): boolean {
-    return event.cause !== "connect_failed";
+    const followed = this.#attached.get(event.pid);
+    if (followed === undefined || event.cause === "connect_failed") return false;
+    if (event.kernelTimeNs < followed.since || (followed.until !== null && event.kernelTimeNs > followed.until)) return false;
+    const unansweredSinceNs = event.unansweredForMs === null ? null : event.kernelTimeNs - BigInt(Math.round(event.unansweredForMs * 1e6));
+    return !((event.unansweredBytes ?? 0) > 0 && unansweredSinceNs !== null && unansweredSinceNs < followed.since);
   }
 
   #bound(map: Map<string, unknown>): void {

@@ -20,6 +20,10 @@ export type FieldType = "int" | "u64" | "bool" | "word" | "rest";
 
 const HELLO = { ts: "u64", agentPid: "int" } as const;
 const TICK = { ts: "u64" } as const;
+// A uprobe program follows a pid (since: when it started following it, kernel
+// ns), or no longer does (sources/probe/followedPids.ts).
+const FOLLOW = { ts: "u64", pid: "int", since: "u64" } as const;
+const UNFOLLOW = { ts: "u64", pid: "int" } as const;
 
 /** The lines of each probe family: the socket programs (probes/*.bt), the per-binary Go HTTP/2 programs (goProbeProgram.ts) and the per-library TLS programs (tlsProbeProgram.ts). */
 export const PROBE_FAMILIES = {
@@ -50,6 +54,8 @@ export const PROBE_FAMILIES = {
   },
   goHttp2: {
     hello: HELLO,
+    follow: FOLLOW,
+    unfollow: UNFOLLOW,
     // A request got its stream: conn and stream are Go's *ClientConn and
     // *clientStream (addresses, the keys of everything after), port and addr
     // the connection's peer read through its file descriptor.
@@ -67,6 +73,8 @@ export const PROBE_FAMILIES = {
   },
   tls: {
     hello: HELLO,
+    follow: FOLLOW,
+    unfollow: UNFOLLOW,
     // A connection whose requests went through OpenSSL reached CLOSE: the
     // plaintext bytes written since the last answer the client read (0: all
     // answered), how long the oldest of them waited, and whether the server

@@ -1,18 +1,34 @@
 // One bpftrace program per probed file — a Go binary, an OpenSSL library —
-// since uprobes are per inode: filtered to the targets using that file,
-// re-rendered when that set changes, and stopped when none is left. What the
-// Go request probes and the TLS answer probes share; each says which file a
-// target's is and what its program is.
+// since uprobes are per inode. What the Go request probes and the TLS answer
+// probes share; each says which file a target's is and what its program is.
+//
+// A program is started when the first target using its file is seen, and
+// then kept: it attaches through a descriptor the agent holds open on the
+// file (/proc/<agent>/fd/N), a path that outlives every process of it, so the
+// next process of the same binary or library is followed from its first
+// instruction and a program never dies with the process it was started for.
+// Which processes it reports on is a map in the kernel (followedPids.ts),
+// changed by follow messages (followChannel.ts): a target coming or going
+// never restarts it. A program whose file no target has used for idleMs is
+// stopped and its descriptor closed; a program that crashes is restarted by
+// its supervisor with the targets of the moment.
+import { existsSync } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
+import path from "node:path";
 import type { Counter, Gauge } from "prom-client";
 import type { Logger } from "../../sinks/log.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
 import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
+import { EVERY_PROGRAM, FollowOp, MAX_PROGRAM_ID, type FollowChannel } from "./followChannel.ts";
+import type { FollowedPidsOptions } from "./followedPids.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
 
 /** What one file's program is. */
 export interface ProbedFileSpec {
-  /** The program text for these pids; `livePid` is one of them still running (a /proc path through it works in a pod). */
-  render: (pids: readonly number[], livePid: number) => string;
+  /** The file as the agent can open it now, e.g. /host/proc/4242/exe: opened once, and held. */
+  path: string;
+  /** The program text, attaching through `file` and following `pids` from its start. */
+  render: (file: string, follow: Omit<FollowedPidsOptions, "onThreadExit">) => string;
   flags?: string[];
   env?: Record<string, string>;
   /** What the logs say of the file: its name first. */
@@ -30,43 +46,64 @@ export interface UprobeContext {
   nowNs: () => bigint;
   /** Every raw line a program printed (--record). */
   onLine?: (line: string) => void;
+  /** Tells running programs whom to follow; shared by every uprobe program, which it gives their ids. */
+  follow: FollowChannel;
+  /** Every exec is followed until the agent decides (its rules can match a new program), as in the socket probe. */
+  execWatch: boolean;
+  /** Whether a pid is a target now: a program announcing a process the agent has not given it is believed for targets only. */
+  isTarget: (pid: number) => boolean;
 }
 
-export interface UprobeProgramsOptions extends Omit<UprobeContext, "procRoot" | "nowNs"> {
+export interface UprobeProgramsOptions extends Omit<UprobeContext, "nowNs"> {
   /** How logs and program names call one: "Go probe", "TLS probe". */
   what: string;
-  /** Pids one program filters on, at most. */
-  maxPids: number;
   /** Programs attached now, and restarts by reason. */
   attachedGauge: Gauge;
   restarts: Counter<"reason">;
-  /** A record one of the programs printed (its hello and ticks are the supervisor's). */
+  /** A record one of the programs printed (its hello, ticks and follow lines are handled here). */
   onRecord: (record: ProbeRecord) => void;
-  /** The program following `pid` attached (true) or went away (false). */
-  onAttached: (pid: number, attached: boolean) => void;
+  /**
+   * A program follows `pid` (true) since kernel time `atNs`, or no longer
+   * does (false) from `atNs`: a request that started before it followed was
+   * not seen whole.
+   */
+  onAttached: (pid: number, attached: boolean, atNs: bigint) => void;
+  nowNs: () => bigint;
+  /** How long a program is kept once no target uses its file (default 10 minutes). */
+  idleMs?: number;
 }
 
 interface ProbedFile {
   spec: ProbedFileSpec;
+  /** Targets using the file now. */
   pids: Set<number>;
+  /** The targets the program said it follows. */
+  followed: Set<number>;
+  handle: FileHandle | null;
+  id: number;
   program: BpftraceSupervisor | null;
-  /** The pid set the running program was rendered with. */
-  renderedFor: string;
-  /** The running program attached once and is counted in the gauge. */
+  /** The program attached once and is counted in the gauge. */
   counted: boolean;
+  /** When the last target left (Date.now()); null while one uses the file. */
+  idleSince: number | null;
 }
 
+const DEFAULT_IDLE_MS = 10 * 60_000;
+
 export class UprobePrograms {
-  readonly #o: UprobeProgramsOptions;
+  readonly #o: UprobeProgramsOptions & { idleMs: number };
   /** A file's key (dev:inode) → its program. */
   readonly #files = new Map<string, ProbedFile>();
   readonly #fileOf = new Map<number, string>();
-  /** Changes are applied one at a time, in order: a program restart takes a while. */
+  /** Changes are applied one at a time, in order. */
   #work: Promise<void> = Promise.resolve();
+  #sweeper: NodeJS.Timeout | null = null;
   #stopped = false;
 
   constructor(opts: UprobeProgramsOptions) {
-    this.#o = opts;
+    this.#o = { idleMs: DEFAULT_IDLE_MS, ...opts };
+    this.#sweeper = setInterval(() => this.enqueue(() => this.#stopIdle()), Math.min(60_000, this.#o.idleMs));
+    this.#sweeper.unref();
   }
 
   /** Runs `change` after the ones before it; returns at once. A failure is logged, not thrown. */
@@ -90,53 +127,87 @@ export class UprobePrograms {
     return this.#files.get(key)?.pids.size ?? 0;
   }
 
-  /** `pid` uses the file `key`; `spec` is asked for only when the file is new. Rerender the key after. */
-  add(pid: number, key: string, spec: () => ProbedFileSpec): void {
+  /** `pid` uses the file `key`; `spec` is asked for only when the file has no program yet. */
+  async add(pid: number, key: string, spec: () => ProbedFileSpec): Promise<void> {
+    const known = this.#fileOf.get(pid);
+    if (known !== undefined && known !== key) await this.remove(pid);
     let file = this.#files.get(key);
     if (file === undefined) {
-      file = { spec: spec(), pids: new Set(), program: null, renderedFor: "", counted: false };
+      file = { spec: spec(), pids: new Set(), followed: new Set(), handle: null, id: -1, program: null, counted: false, idleSince: null };
       this.#files.set(key, file);
     }
     file.pids.add(pid);
+    file.idleSince = null;
     this.#fileOf.set(pid, key);
+    if (file.program === null) await this.#start(key, file);
+    else await this.#send(FollowOp.follow, file.id, pid);
   }
 
-  /** `pid` is no target any more: the key of its file, to rerender, if it had one. */
-  remove(pid: number): string | undefined {
+  /** `pid` is no target any more. Its program stays, for the next process of its file. */
+  async remove(pid: number): Promise<void> {
     const key = this.#fileOf.get(pid);
-    if (key === undefined) return undefined;
+    if (key === undefined) return;
     this.#fileOf.delete(pid);
-    this.#files.get(key)?.pids.delete(pid);
-    return key;
-  }
-
-  /** Starts, restarts or stops the program of one file for its current pids. */
-  async rerender(key: string): Promise<void> {
     const file = this.#files.get(key);
     if (file === undefined) return;
-    const pids = [...file.pids].sort((a, b) => a - b).slice(0, this.#o.maxPids);
-    const renderedFor = pids.join(",");
-    if (renderedFor === file.renderedFor) return;
-    const { what, log } = this.#o;
-    if (file.program !== null) {
-      const old = file.program;
-      file.program = null;
-      if (file.counted) this.#o.attachedGauge.dec();
-      file.counted = false;
-      await old.stop(); // its pids are told it went away (up(false))
-      log.info(`${what} detached`, { pids: file.renderedFor.split(",").map(Number) });
+    file.pids.delete(pid);
+    if (file.pids.size === 0) file.idleSince = Date.now();
+    // A process that exited was let go in the kernel at its exit.
+    if (file.program !== null && existsSync(path.join(this.#o.procRoot, String(pid)))) {
+      await this.#send(FollowOp.unfollow, file.id, pid);
     }
-    file.renderedFor = renderedFor;
-    if (pids.length === 0) {
-      this.#files.delete(key);
-      return;
-    }
-    if (this.#stopped) return;
-    if (file.pids.size > pids.length) {
-      log.warnRateLimited(`${what}-pids`, `more targets use one file than one ${what} program follows; the rest stay on the socket path`, {
-        ...file.spec.details, followed: pids.length, targets: file.pids.size,
+    if (file.followed.delete(pid)) this.#attached(file, pid, false, this.#o.nowNs());
+  }
+
+  /** A program follows `pid` since `atNs`, or no longer does from `atNs`: told to the source, and logged. */
+  #attached(file: ProbedFile, pid: number, attached: boolean, atNs: bigint): void {
+    this.#o.onAttached(pid, attached, atNs);
+    this.#o.log.info(attached ? `${this.#o.what} follows` : `${this.#o.what} no longer follows`, { pid, file: file.spec.details.file, program: file.id });
+  }
+
+  /** A process its exec made followed everywhere, and that is no target: every program lets it go. */
+  async unfollowEverywhere(pid: number): Promise<void> {
+    if ([...this.#files.values()].some((file) => file.program !== null)) await this.#send(FollowOp.unfollow, EVERY_PROGRAM, pid);
+  }
+
+  /** Waits for the changes under way, then stops every program. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#sweeper) clearInterval(this.#sweeper);
+    await this.#work;
+    for (const file of this.#files.values()) await this.#stopProgram(file);
+    this.#files.clear();
+  }
+
+  async #send(op: FollowOp, id: number, pid: number): Promise<void> {
+    try {
+      await this.#o.follow.send(op, id, pid);
+    } catch (error) {
+      this.#o.log.warnRateLimited(`${this.#o.what}-follow`, `${this.#o.what}: follow message not sent; the target stays on the socket path`, {
+        pid, error: String(error),
       });
     }
+  }
+
+  async #start(key: string, file: ProbedFile): Promise<void> {
+    const { what, log } = this.#o;
+    const id = this.#o.follow.allocate();
+    if (id === null) {
+      log.warnRateLimited(`${what}-ids`, `more files probed than ${MAX_PROGRAM_ID + 1} programs can follow; their targets stay on the socket path`, file.spec.details);
+      return;
+    }
+    let handle: FileHandle;
+    try {
+      handle = await open(file.spec.path, "r");
+    } catch (error) {
+      this.#o.follow.release(id);
+      log.warn(`${what}: cannot open the file; its targets stay on the socket path`, { ...file.spec.details, error: String(error) });
+      return;
+    }
+    file.handle = handle;
+    file.id = id;
+    // bpftrace runs in the agent's PID and mount namespaces: this path is the agent's descriptor.
+    const through = `/proc/${process.pid}/fd/${handle.fd}`;
     const program = new BpftraceSupervisor({
       variant: "sockets",
       bpftrace: this.#o.bpftrace,
@@ -148,41 +219,77 @@ export class UprobePrograms {
       readyTimeoutMs: 30_000,
       ...(this.#o.onLine ? { onLine: this.#o.onLine } : {}),
       program: {
-        render: () => file.spec.render(pids, pids.find((pid) => file.pids.has(pid)) ?? pids[0]!),
+        // At every (re)start: the targets of the moment, followed from BEGIN.
+        render: () => file.spec.render(through, { programId: id, pids: [...file.pids], execWatch: this.#o.execWatch }),
         flags: file.spec.flags ?? [],
         env: file.spec.env ?? {},
         up: (attached) => {
-          for (const pid of pids) this.#o.onAttached(pid, attached && file.pids.has(pid));
+          if (attached) return; // its follow lines say whom it follows
+          const now = this.#o.nowNs();
+          for (const pid of file.followed) this.#attached(file, pid, false, now);
+          file.followed.clear();
         },
         restarted: (reason) => this.#o.restarts.inc({ reason }),
       },
     });
     program.name = `${what} ${file.spec.details.file}`;
     program.onRecord((record) => {
-      this.#o.onRecord(record);
+      if (record.type === "follow") {
+        if (file.followed.has(record.pid)) return true;
+        if (!file.pids.has(record.pid)) {
+          // Followed from its exec, announced at its first call into the file,
+          // before the agent told the program (or before it ever could: gone).
+          if (!this.#o.isTarget(record.pid) || this.#fileOf.has(record.pid)) return true;
+          file.pids.add(record.pid);
+          file.idleSince = null;
+          this.#fileOf.set(record.pid, key);
+        }
+        file.followed.add(record.pid);
+        this.#attached(file, record.pid, true, record.since);
+      } else if (record.type === "unfollow") {
+        if (file.followed.delete(record.pid)) this.#attached(file, record.pid, false, record.ts);
+      } else {
+        this.#o.onRecord(record);
+      }
       return true;
     });
     file.program = program;
-    // Not awaited: a program that cannot attach (its bpftrace crash-loops,
-    // its pid is gone) must not hold up the changes behind it.
+    // Not awaited: a program that cannot attach (its bpftrace crash-loops)
+    // must not hold up the changes behind it.
     program.start().then(
       () => {
         if (file.program !== program) return;
         file.counted = true;
         this.#o.attachedGauge.inc();
-        log.info(`${what} attached`, { ...file.spec.details, pids });
+        log.info(`${what} attached`, { ...file.spec.details, program: id, pids: [...file.pids] });
       },
       (error: unknown) => {
         if (file.program !== program) return;
-        log.warn(`${what} did not attach; these targets stay on the socket path`, { pids, error: String(error) });
+        log.warn(`${what} did not attach; its targets stay on the socket path`, { ...file.spec.details, error: String(error) });
       },
     );
   }
 
-  /** Waits for the changes under way, then stops every program. */
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    await this.#work;
-    for (const file of this.#files.values()) await file.program?.stop();
+  async #stopProgram(file: ProbedFile): Promise<void> {
+    const program = file.program;
+    if (program === null) return;
+    file.program = null;
+    if (file.counted) this.#o.attachedGauge.dec();
+    file.counted = false;
+    await program.stop(); // its followed pids are told it went away (up(false))
+    await file.handle?.close();
+    file.handle = null;
+    this.#o.follow.release(file.id);
+    this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
+  }
+
+  /** Programs whose file no target has used for idleMs. */
+  async #stopIdle(): Promise<void> {
+    const now = Date.now();
+    for (const [key, file] of this.#files) {
+      if (file.idleSince === null || now - file.idleSince < this.#o.idleMs) continue;
+      this.#files.delete(key);
+      await this.#stopProgram(file);
+    }
   }
 }

@@ -9,9 +9,9 @@
 //   {"t":"…","kind":"spans","peer":"127.0.0.1:40312","contentType":"application/x-protobuf","body":"<base64>"}
 //   {"t":"…","kind":"clock","clockOffsetNs":"…"}
 //   {"t":"…","kind":"goProbe","line":"<raw line of a Go program's bpftrace>"}
-//   {"t":"…","kind":"goAttached","pid":4242,"attached":true}
+//   {"t":"…","kind":"goAttached","pid":4242,"attached":true,"since":"…"}
 //   {"t":"…","kind":"tlsProbe","line":"<raw line of a TLS program's bpftrace>"}
-//   {"t":"…","kind":"tlsAttached","pid":4242,"attached":true}
+//   {"t":"…","kind":"tlsAttached","pid":4242,"attached":true,"since":"…"}
 //
 // Version 2 added SK (the socket's address) to the socket probe's send and
 // close lines; a version 1 file is read with SK 0 there (upgradeProbeLine).
@@ -71,6 +71,8 @@ export interface GoAttachedRecord {
   t: bigint;
   pid: number;
   attached: boolean;
+  /** Attached: since when (kernel ns) the program follows the pid; recordings before it have none (then `t`). */
+  since?: bigint;
 }
 
 /** One line a TLS program's bpftrace printed (the OpenSSL probe), exactly as read. */
@@ -86,6 +88,8 @@ export interface TlsAttachedRecord {
   t: bigint;
   pid: number;
   attached: boolean;
+  /** As GoAttachedRecord's. */
+  since?: bigint;
 }
 
 export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord | GoAttachedRecord | TlsProbeRecord | TlsAttachedRecord;
@@ -145,6 +149,7 @@ const attachedSchema = <K extends "goAttached" | "tlsAttached">(kind: K) =>
     kind: z.literal(kind),
     pid: z.int().positive().max(2 ** 22),
     attached: z.boolean(),
+    since: monotonicNs.optional(),
   });
 
 const schemaByKind = {
@@ -216,7 +221,13 @@ export function serializeRecord(record: RecordEntry): string {
       return JSON.stringify({ t: record.t.toString(), kind: record.kind, line: record.line });
     case "goAttached":
     case "tlsAttached":
-      return JSON.stringify({ t: record.t.toString(), kind: record.kind, pid: record.pid, attached: record.attached });
+      return JSON.stringify({
+        t: record.t.toString(),
+        kind: record.kind,
+        pid: record.pid,
+        attached: record.attached,
+        ...(record.since !== undefined ? { since: record.since.toString() } : {}),
+      });
   }
 }
 

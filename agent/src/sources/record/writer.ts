@@ -35,12 +35,12 @@ export interface RecordWriter {
   clock(clockOffsetNs: bigint, t?: bigint): void;
   /** A line of a Go program's bpftrace. */
   goProbeLine(line: string, t?: bigint): void;
-  /** The Go program of `pid` attached or went away. */
-  goAttached(pid: number, attached: boolean, t?: bigint): void;
+  /** The Go program of `pid` attached (following it since kernel time `since`) or went away. */
+  goAttached(pid: number, attached: boolean, since?: bigint, t?: bigint): void;
   /** A line of a TLS program's bpftrace. */
   tlsProbeLine(line: string, t?: bigint): void;
-  /** The TLS program of `pid` attached or went away. */
-  tlsAttached(pid: number, attached: boolean, t?: bigint): void;
+  /** The TLS program of `pid` attached (following it since kernel time `since`) or went away. */
+  tlsAttached(pid: number, attached: boolean, since?: bigint, t?: bigint): void;
   /** Records dropped so far (queue full or file failed). */
   readonly dropped: number;
   /** Resolves when everything accepted so far is on its way to the disk. */
@@ -125,9 +125,9 @@ export async function openRecordWriter(path: string, opts: RecordWriterOptions):
       data({ kind: "spans", t: t ?? now(), peer, contentType, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength) }),
     clock: (clockOffsetNs, t) => data({ kind: "clock", t: t ?? now(), clockOffsetNs }),
     goProbeLine: (line, t) => data({ kind: "goProbe", t: t ?? now(), line }),
-    goAttached: (pid, attached, t) => data({ kind: "goAttached", t: t ?? now(), pid, attached }),
+    goAttached: (pid, attached, since, t) => data({ kind: "goAttached", t: t ?? now(), pid, attached, ...(since !== undefined ? { since } : {}) }),
     tlsProbeLine: (line, t) => data({ kind: "tlsProbe", t: t ?? now(), line }),
-    tlsAttached: (pid, attached, t) => data({ kind: "tlsAttached", t: t ?? now(), pid, attached }),
+    tlsAttached: (pid, attached, since, t) => data({ kind: "tlsAttached", t: t ?? now(), pid, attached, ...(since !== undefined ? { since } : {}) }),
     get dropped() {
       return dropped;
     },

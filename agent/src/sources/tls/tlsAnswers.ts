@@ -16,6 +16,11 @@
 // unanswered, where the bytes on the wire had looked answered, is this
 // socket's one loss: a failed send on it later is counted by the kernel and
 // not reported again (the kernel's own mark did not see it die).
+//
+// A program that started following a process in the middle of a request
+// (the first process of a library, followed once its program attached) did
+// not see that request written: where the wire says a request that started
+// before then is unanswered, the wire's count stands.
 import type { PrintfRecordOf } from "../probe/probeLines.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 
@@ -30,6 +35,8 @@ export interface TlsAttachment {
   type: "tls_attached";
   pid: number;
   attached: boolean;
+  /** Attached: since when (kernel ns) the program follows the pid. */
+  since: bigint;
 }
 
 export interface TlsAnswersOptions {
@@ -56,7 +63,8 @@ const REMEMBER_NS = 60_000_000_000n;
 
 export class TlsAnswers {
   readonly #o: Required<TlsAnswersOptions>;
-  readonly #followed = new Set<number>();
+  /** pid → since when its TLS program follows it (kernel ns). */
+  readonly #followed = new Map<number, bigint>();
   readonly #waiting: SocketRecord[] = [];
   /** sk → the TLS program's verdict, until its close line comes. */
   readonly #verdicts = new Map<bigint, TlsCloseRecord>();
@@ -74,9 +82,9 @@ export class TlsAnswers {
     this.#onWaiting = listener;
   }
 
-  /** Records of `pid` wait for its TLS verdicts from now on (true), or no longer (false). */
-  setAttached(pid: number, attached: boolean): void {
-    if (attached) this.#followed.add(pid);
+  /** Records of `pid` wait for its TLS verdicts from now on (true, followed since kernel time `since`), or no longer (false). */
+  setAttached(pid: number, attached: boolean, since = 0n): void {
+    if (attached) this.#followed.set(pid, since);
     else this.#followed.delete(pid);
   }
 
@@ -150,6 +158,11 @@ export class TlsAnswers {
       return;
     }
     this.#verdicts.delete(record.sk);
+    const since = this.#followed.get(record.pid);
+    if (since !== undefined && record.unansweredBytes > 0 && record.ts - record.waitedNs < since) {
+      this.#o.release(record); // the request the wire saw unanswered began before the program followed
+      return;
+    }
     const min = this.#o.unansweredMinBytes;
     if (verdict.unansweredBytes >= min && record.unansweredBytes < min) {
       if (this.#deadByTls.size >= this.#o.capacity) this.#evictOldest(this.#deadByTls);

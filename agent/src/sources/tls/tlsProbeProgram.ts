@@ -26,11 +26,9 @@
 // the socket probe's own count for the same socket (tlsAnswers.ts).
 //
 // Uprobes are per file: every process that maps this file takes the trap on
-// these functions, the pid filter comes after. The send probe runs for every
-// socket send on the node and leaves at the pid filter.
-
-/** Pids one program filters on, at most: the predicate is a chain of comparisons. */
-export const MAX_TLS_PIDS_PER_PROGRAM = 64;
+// these functions, the followed-pid lookup comes after (followedPids.ts). The
+// send probe runs for every socket send on the node and leaves at that lookup.
+import { ANNOUNCE, FOLLOWED, renderFollowedPids, type FollowedPidsOptions } from "../probe/followedPids.ts";
 
 /**
  * The smallest SSL_read that is an answer: the socket path's 96-byte data
@@ -41,20 +39,9 @@ export const MAX_TLS_PIDS_PER_PROGRAM = 64;
  */
 export const TLS_ANSWER_MIN_BYTES = 74;
 
-export interface TlsProbeTarget {
-  /** What bpftrace attaches to: the OpenSSL file as this agent can open it, e.g. /host/proc/4242/root/usr/lib/x86_64-linux-gnu/libssl.so.3. */
+export interface TlsProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
+  /** What bpftrace attaches to: the OpenSSL file through a path that outlives its processes, e.g. /proc/<agent>/fd/12. */
   library: string;
-  /** Host pids using that file and chosen as targets (at most MAX_TLS_PIDS_PER_PROGRAM). */
-  pids: readonly number[];
-}
-
-/** The predicate of every process-context probe: only the chosen pids report. */
-function pidFilter(pids: readonly number[]): string {
-  if (pids.length === 0 || pids.length > MAX_TLS_PIDS_PER_PROGRAM) {
-    throw new RangeError(`a TLS probe program takes 1..${MAX_TLS_PIDS_PER_PROGRAM} pids, got ${pids.length}`);
-  }
-  for (const pid of pids) if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`TLS probe target pid: expected a positive integer, got ${pid}`);
-  return [...pids].sort((a, b) => a - b).map((pid) => `pid == ${pid}`).join(" || ");
 }
 
 /**
@@ -98,43 +85,47 @@ const READ = `
 /** The program text; bpftrace runs it as `bpftrace -f json FILE AGENT_PID`. */
 export function renderTlsProgram(target: TlsProbeTarget): string {
   if (/["\s:]/.test(target.library)) throw new RangeError(`TLS probe library path must not hold quotes, spaces or colons: "${target.library}"`);
-  const filter = pidFilter(target.pids);
+  // A thread leaving: its per-thread entries go with it.
+  const followed = renderFollowedPids({
+    ...target,
+    onThreadExit: `\n\tdelete(@tls_cur[pid, tid]);\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\tdelete(@tls_ge[pid, tid]);`,
+  });
   const lib = target.library;
   const probes = [
-    // The thread's SSL now: its next TCP send belongs to this SSL's socket, if that is not known yet.
-    `uprobe:${lib}:SSL_do_handshake /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n}`,
-    `uprobe:${lib}:SSL_read /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n}`,
-    `uretprobe:${lib}:SSL_read /${filter}/ {\n\t$ssl = @tls_rd[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\t$n = (int64)(int32)retval;${READ}\n}`,
+    // The thread's SSL now: its next TCP send belongs to this SSL's socket, if
+    // that is not known yet. A process's first call announces that it is followed.
+    `uprobe:${lib}:SSL_do_handshake /${FOLLOWED}/ {${ANNOUNCE}\n\t@tls_cur[pid, tid] = arg0;\n}`,
+    `uprobe:${lib}:SSL_read /${FOLLOWED}/ {${ANNOUNCE}\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n}`,
+    `uretprobe:${lib}:SSL_read /${FOLLOWED}/ {\n\t$ssl = @tls_rd[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\t$n = (int64)(int32)retval;${READ}\n}`,
     // SSL_read_ex(ssl, buf, num, size_t *readbytes) returns 1 on success.
-    `uprobe:${lib}:SSL_read_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n\t@tls_rdn[pid, tid] = arg3;\n}`,
-    `uretprobe:${lib}:SSL_read_ex /${filter}/ {\n\t$ssl = @tls_rd[pid, tid];\n\t$p = @tls_rdn[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\t$n = (int64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = (int64)*(uint64 *)$p;\n\t}${READ}\n}`,
+    `uprobe:${lib}:SSL_read_ex /${FOLLOWED}/ {${ANNOUNCE}\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_rd[pid, tid] = arg0;\n\t@tls_rdn[pid, tid] = arg3;\n}`,
+    `uretprobe:${lib}:SSL_read_ex /${FOLLOWED}/ {\n\t$ssl = @tls_rd[pid, tid];\n\t$p = @tls_rdn[pid, tid];\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\t$n = (int64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = (int64)*(uint64 *)$p;\n\t}${READ}\n}`,
     // SSL_write(ssl, buf, int num) returns the bytes written, or <= 0; a num below 1 is an error, no request.
-    `uprobe:${lib}:SSL_write /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t$ssl = arg0;\n\t$n = (uint64)0;\n\tif ((int32)arg2 > 0) {\n\t\t$n = (uint64)(int32)arg2;\n\t}${WRITING}\n}`,
-    `uretprobe:${lib}:SSL_write /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval > 0) {\n\t\t$n = (uint64)(int32)retval;\n\t}${WROTE}\n}`,
+    `uprobe:${lib}:SSL_write /${FOLLOWED}/ {${ANNOUNCE}\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t$ssl = arg0;\n\t$n = (uint64)0;\n\tif ((int32)arg2 > 0) {\n\t\t$n = (uint64)(int32)arg2;\n\t}${WRITING}\n}`,
+    `uretprobe:${lib}:SSL_write /${FOLLOWED}/ {\n\t$ssl = @tls_wr[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval > 0) {\n\t\t$n = (uint64)(int32)retval;\n\t}${WROTE}\n}`,
     // SSL_write_ex(ssl, buf, size_t num, size_t *written) returns 1 on success.
-    `uprobe:${lib}:SSL_write_ex /${filter}/ {\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t@tls_wrn[pid, tid] = arg3;\n\t$ssl = arg0;\n\t$n = (uint64)arg2;${WRITING}\n}`,
-    `uretprobe:${lib}:SSL_write_ex /${filter}/ {\n\t$ssl = @tls_wr[pid, tid];\n\t$p = @tls_wrn[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = *(uint64 *)$p;\n\t}${WROTE}\n}`,
+    `uprobe:${lib}:SSL_write_ex /${FOLLOWED}/ {${ANNOUNCE}\n\t@tls_cur[pid, tid] = arg0;\n\t@tls_wr[pid, tid] = arg0;\n\t@tls_wrn[pid, tid] = arg3;\n\t$ssl = arg0;\n\t$n = (uint64)arg2;${WRITING}\n}`,
+    `uretprobe:${lib}:SSL_write_ex /${FOLLOWED}/ {\n\t$ssl = @tls_wr[pid, tid];\n\t$p = @tls_wrn[pid, tid];\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\t$n = (uint64)0;\n\tif ((int32)retval == 1 && $p != 0) {\n\t\t$n = *(uint64 *)$p;\n\t}${WROTE}\n}`,
     // The caller asks why a read failed: SSL_ERROR_ZERO_RETURN (6) is the
     // server's close_notify, read. The client's own close that follows it
     // answers the server's; the server ended the connection.
-    `uprobe:${lib}:SSL_get_error /${filter}/ {\n\t@tls_ge[pid, tid] = arg0;\n}`,
-    `uretprobe:${lib}:SSL_get_error /${filter}/ {\n\t$ssl = @tls_ge[pid, tid];\n\tdelete(@tls_ge[pid, tid]);\n\tif ((int32)retval == 6) {\n\t\t$sk = @tls_sk[pid, $ssl];\n\t\tif ($sk != 0) {\n\t\t\t@tls_peer_closed[$sk] = 1;\n\t\t}\n\t}\n}`,
+    `uprobe:${lib}:SSL_get_error /${FOLLOWED}/ {\n\t@tls_ge[pid, tid] = arg0;\n}`,
+    `uretprobe:${lib}:SSL_get_error /${FOLLOWED}/ {\n\t$ssl = @tls_ge[pid, tid];\n\tdelete(@tls_ge[pid, tid]);\n\tif ((int32)retval == 6) {\n\t\t$sk = @tls_sk[pid, $ssl];\n\t\tif ($sk != 0) {\n\t\t\t@tls_peer_closed[$sk] = 1;\n\t\t}\n\t}\n}`,
     // A freed SSL's address may be the next one's.
-    `uprobe:${lib}:SSL_free /${filter}/ {\n\tdelete(@tls_sk[pid, arg0]);\n\t$cur = @tls_cur[pid, tid];\n\tif ($cur == arg0) {\n\t\tdelete(@tls_cur[pid, tid]);\n\t}\n}`,
+    `uprobe:${lib}:SSL_free /${FOLLOWED}/ {\n\tdelete(@tls_sk[pid, arg0]);\n\t$cur = @tls_cur[pid, tid];\n\tif ($cur == arg0) {\n\t\tdelete(@tls_cur[pid, tid]);\n\t}\n}`,
     // bpftrace 0.17's verifier rejects a read of args after a branch: copy them first.
-    `tracepoint:sock:sock_send_length /${filter}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t\t@tls_alive[$skp] = 1;\n\t\t}\n\t}\n}`,
+    `tracepoint:sock:sock_send_length /${FOLLOWED}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t\t@tls_alive[$skp] = 1;\n\t\t}\n\t}\n}`,
     // A followed socket reached CLOSE (in any context: a reset is handled in softirq).
     `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\tdelete(@tls_alive[$skp]);\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu %d\\n", nsecs, $owner, $skp, @tls_bytes[$skp] + @tls_pending[$skp], $waited, @tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_pending[$skp]);\n\t\t\tdelete(@tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
-    // A thread leaving: its per-thread entries go with it.
-    `tracepoint:sched:sched_process_exit /${filter}/ {\n\tdelete(@tls_cur[pid, tid]);\n\tdelete(@tls_rd[pid, tid]);\n\tdelete(@tls_rdn[pid, tid]);\n\tdelete(@tls_wr[pid, tid]);\n\tdelete(@tls_wrn[pid, tid]);\n\tdelete(@tls_ge[pid, tid]);\n}`,
   ];
   return [
     "// Generated by lostwrite for one OpenSSL: see agent/src/sources/tls/tlsProbeProgram.ts.",
-    `// Pids: ${[...target.pids].join(", ")}.`,
-    `BEGIN { printf("hello %llu %d\\n", nsecs, $1); }`,
+    `// Program ${target.programId}.`,
+    `BEGIN {\n\t${followed.begin}\n\tprintf("hello %llu %d\\n", nsecs, $1);\n}`,
     `interval:s:1 { printf("tick %llu\\n", nsecs); }`,
+    ...followed.probes,
     ...probes,
-    `END {\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_ge);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes); clear(@tls_pending); clear(@tls_alive); clear(@tls_peer_closed);\n}`,
+    `END {\n\t${followed.end}\n\tclear(@tls_cur); clear(@tls_rd); clear(@tls_rdn); clear(@tls_wr); clear(@tls_wrn);\n\tclear(@tls_ge);\n\tclear(@tls_sk); clear(@tls_owner); clear(@tls_since); clear(@tls_bytes); clear(@tls_pending); clear(@tls_alive); clear(@tls_peer_closed);\n}`,
     "",
   ].join("\n\n");
 }

@@ -1,17 +1,19 @@
 // TLS probing of the targets that call OpenSSL: each OpenSSL file (a libssl
 // or an executable with OpenSSL in it) gets its own bpftrace program
-// (UprobePrograms), filtered to the targets using it and re-rendered when
-// that set changes. A target with no OpenSSL mapped yet (python maps
-// libssl when it first imports ssl) is looked at again, after
-// `recheckIntervalMs` and then twice as long each time up to a minute: most
-// such targets never will (Go operators), and each look reads its maps.
+// (UprobePrograms), kept while the file can be used again and told which of
+// the processes using it to follow. A target with no OpenSSL mapped yet (python maps
+// libssl when it first imports ssl) is looked at again, soon (a short-lived
+// client may be gone in a tenth of a second, and its file's program is what
+// follows every later client from its exec) and then twice as long each time
+// up to a minute: most such targets never will (Go operators), and each look
+// reads its maps.
 // Verdicts go to TlsAnswers; its drain timer releases what waited for them.
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import { openSslOf, type ExportsCache } from "./openSslOf.ts";
 import type { TlsAnswers } from "./tlsAnswers.ts";
-import { MAX_TLS_PIDS_PER_PROGRAM, renderTlsProgram } from "./tlsProbeProgram.ts";
+import { renderTlsProgram } from "./tlsProbeProgram.ts";
 
 /** Targets added and removed (a TargetWatcher change, or a recheck of the targets without OpenSSL yet). */
 interface PidChanges {
@@ -23,11 +25,11 @@ export interface TlsProbesOptions extends UprobeContext {
   answers: TlsAnswers;
   /** A verdict line, to be judged with the socket probe's records (in their queue). */
   onVerdict: (record: ProbeRecord) => void;
-  /** The TLS program of `pid` attached (true) or went away (false): to be told to `answers` in order with the records. */
-  onAttached: (pid: number, attached: boolean) => void;
+  /** The TLS program of `pid` attached (true, following it since kernel time `atNs`) or went away (false): to be told to `answers` in order with the records. */
+  onAttached: (pid: number, attached: boolean, atNs: bigint) => void;
   /** How often waiting records are released (default 25 ms). */
   drainIntervalMs?: number;
-  /** How soon a target without OpenSSL is first looked at again (default 2000 ms; then twice as long each time, up to 60 s). */
+  /** How soon a target without OpenSSL is first looked at again (default 20 ms; then twice as long each time, up to 60 s). */
   recheckIntervalMs?: number;
 }
 
@@ -41,16 +43,13 @@ export class TlsProbes {
   /** Targets with no OpenSSL found yet → when to look again, and the wait after that. */
   readonly #pending = new Map<number, { dueMs: number; nextWaitMs: number }>();
   readonly #exportsCache: ExportsCache = new Map();
-  /** Each followed target's OpenSSL as it opens it (/proc/PID/…): a program is rendered through a pid still running. */
-  readonly #libraryOf = new Map<number, string>();
   #ticker: AdaptiveTicker | null = null;
   #recheck: NodeJS.Timeout | null = null;
 
   constructor(opts: TlsProbesOptions) {
-    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 2000, onLine: () => {}, ...opts };
+    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 20, onLine: () => {}, ...opts };
     this.#programs = new UprobePrograms({
       what: "TLS probe",
-      maxPids: MAX_TLS_PIDS_PER_PROGRAM,
       attachedGauge: this.#o.metrics.tlsProbesAttached,
       restarts: this.#o.metrics.tlsProbeRestarts,
       onRecord: (record) => {
@@ -65,11 +64,22 @@ export class TlsProbes {
     const ticker = startAdaptiveTicker(() => answers.drain(this.#o.nowNs()), () => answers.busy, this.#o.drainIntervalMs, 1000);
     answers.onWaiting(() => ticker.wake());
     this.#ticker = ticker;
-    this.#recheck = setInterval(() => {
+    this.#scheduleRecheck();
+  }
+
+  /** One timer, for the earliest look due. */
+  #scheduleRecheck(): void {
+    if (this.#recheck) clearTimeout(this.#recheck);
+    this.#recheck = null;
+    if (this.#pending.size === 0 || this.#ticker === null) return;
+    const earliest = Math.min(...[...this.#pending.values()].map((next) => next.dueMs));
+    this.#recheck = setTimeout(() => {
+      this.#recheck = null;
       const now = Date.now();
       const due = [...this.#pending].filter(([, next]) => next.dueMs <= now).map(([pid]) => ({ pid }));
       if (due.length > 0) void this.onTargets({ added: due, removed: [] });
-    }, this.#o.recheckIntervalMs);
+      else this.#scheduleRecheck();
+    }, Math.max(0, earliest - Date.now()));
     this.#recheck.unref();
   }
 
@@ -81,7 +91,9 @@ export class TlsProbes {
 
   async stop(): Promise<void> {
     this.#ticker?.stop();
-    if (this.#recheck) clearInterval(this.#recheck);
+    this.#ticker = null;
+    if (this.#recheck) clearTimeout(this.#recheck);
+    this.#recheck = null;
     await this.#programs.stop();
     this.#o.answers.flush();
   }
@@ -92,16 +104,21 @@ export class TlsProbes {
     this.#pending.set(pid, { dueMs: Date.now() + waitMs, nextWaitMs: Math.min(waitMs * 2, MAX_RECHECK_WAIT_MS) });
   }
 
+  /** A process its exec made followed, and that is no target. */
+  unfollow(pid: number): Promise<void> {
+    return this.#programs.unfollowEverywhere(pid);
+  }
+
   async #apply({ added, removed }: PidChanges): Promise<void> {
-    const touched = new Set<string>();
     for (const { pid } of removed) {
       this.#pending.delete(pid);
-      this.#libraryOf.delete(pid);
-      const key = this.#programs.remove(pid);
-      if (key !== undefined) touched.add(key);
+      await this.#programs.remove(pid);
     }
     for (const { pid } of added) {
-      if (this.#programs.isFollowed(pid)) continue;
+      if (this.#programs.isFollowed(pid)) {
+        this.#pending.delete(pid); // announced by its file's program
+        continue;
+      }
       const found = await openSslOf(this.#o.procRoot, pid, this.#exportsCache);
       if (typeof found === "string") {
         // Looked at again while it is a target; a process gone (no maps) is not.
@@ -110,14 +127,12 @@ export class TlsProbes {
         continue;
       }
       this.#pending.delete(pid);
-      this.#libraryOf.set(pid, found.path);
-      this.#programs.add(pid, found.key, () => ({
-        // Not the first pid's path: it may have exited while the others run on.
-        render: (pids, livePid) => renderTlsProgram({ library: this.#libraryOf.get(livePid) ?? found.path, pids }),
+      await this.#programs.add(pid, found.key, () => ({
+        path: found.path,
+        render: (file, follow) => renderTlsProgram({ library: file, ...follow }),
         details: { file: found.path },
       }));
-      touched.add(found.key);
     }
-    for (const key of touched) await this.#programs.rerender(key);
+    this.#scheduleRecheck();
   }
 }

@@ -64,8 +64,8 @@ export class HttpsClient {
   async tlsFollowedBy(agent: AgentProcess): Promise<void> {
     const attached = (line: string): boolean => {
       try {
-        const entry = JSON.parse(line) as { msg?: string; pids?: unknown };
-        return entry.msg === "TLS probe attached" && Array.isArray(entry.pids) && entry.pids.includes(this.pid);
+        const entry = JSON.parse(line) as { msg?: string; pid?: unknown };
+        return entry.msg === "TLS probe follows" && entry.pid === this.pid;
       } catch {
         return false;
       }

@@ -45,10 +45,10 @@ const closed = (ts: bigint, state: number): GoRecord => ({ type: "go_conn_closed
 const abort = (ts: bigint, streamId: number): GoRecord => ({ type: "go_abort", ts, pid: PID, tid: PID, conn: CONN, stream: 0xc0000f0000n + BigInt(streamId) });
 
 const identity: ProcessIdentity = { pid: PID, tid: PID, process: "manager", namespace: "", pod: "", container: "", controller: "" };
-function socketLoss(ts: bigint, cause: SocketEvent["cause"], apiserver = "10.96.0.1:443"): SocketEvent {
+function socketLoss(ts: bigint, cause: SocketEvent["cause"], apiserver = "10.96.0.1:443", unansweredForMs = 1): SocketEvent {
   return {
     kernelTimeNs: ts, pid: PID, tid: PID, process: "manager", syscall: null, ret: null, errno: null, bytes: null, apiserver, cause,
-    unansweredBytes: 90, unansweredForMs: 1, retransmits: 0,
+    unansweredBytes: 90, unansweredForMs, retransmits: 0,
   };
 }
 
@@ -187,22 +187,39 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.ok(path.startsWith(long.slice(0, 240)) && path.endsWith(long.slice(-120)) && path.includes("…"), path);
   });
 
-  it("drops the socket path's losses of a followed process, all but failed connects", () => {
+  it("drops the socket path's losses of a process a Go program followed then, all but failed connects", () => {
     const { go, losses, forwarded } = harness();
-    assert.equal(go.offerSocketEvent(socketLoss(1n * MS, "connection_reset"), identity), false, "no Go program attached yet");
-    go.setAttached(PID, true);
+    // Before any program followed it: the socket path's, even once one does (the lines are applied in kernel time).
+    go.offerSocketEvent(socketLoss(1n * MS, "connection_reset"), identity);
+    go.setAttached(PID, true, 5n * MS);
     feed(go, [...request(10n * MS, 3, "PATCH", STATUS_PATH), closed(30n * MS, 7)]);
     // The socket path's view of the same death, and of things this path cannot see.
-    assert.equal(go.offerSocketEvent(socketLoss(29n * MS, "connection_reset"), identity), true);
-    assert.equal(go.offerSocketEvent(socketLoss(40n * MS, "write_failed"), identity), true);
-    assert.equal(go.offerSocketEvent(socketLoss(41n * MS, "connect_failed"), identity), true);
+    go.offerSocketEvent(socketLoss(29n * MS, "connection_reset"), identity);
+    go.offerSocketEvent(socketLoss(40n * MS, "write_failed"), identity);
+    go.offerSocketEvent(socketLoss(41n * MS, "connect_failed"), identity);
     // Another connection, with no status write in flight (a watch's): nothing was lost that this path would not say.
-    assert.equal(go.offerSocketEvent(socketLoss(42n * MS, "connection_reset", "10.96.0.2:443"), identity), true);
+    go.offerSocketEvent(socketLoss(42n * MS, "connection_reset", "10.96.0.2:443"), identity);
+    // Stopped following it (the lines before then still count): the socket path speaks again.
+    go.setAttached(PID, false, 45n * MS);
+    go.offerSocketEvent(socketLoss(50n * MS, "connection_reset"), identity);
     go.drain(1000n * MS);
     assert.deepEqual(losses.map((l) => l.cause), ["connection_reset"]);
-    assert.deepEqual(forwarded.map((e) => [e.cause, e.apiserver]), [["connect_failed", "10.96.0.1:443"]]);
-    go.setAttached(PID, false);
-    assert.equal(go.offerSocketEvent(socketLoss(50n * MS, "connection_reset"), identity), false, "while its program is not attached, the socket path speaks");
+    assert.deepEqual(forwarded.map((e) => [e.kernelTimeNs / MS, e.cause, e.apiserver]), [
+      [1n, "connection_reset", "10.96.0.1:443"],
+      [41n, "connect_failed", "10.96.0.1:443"],
+      [50n, "connection_reset", "10.96.0.1:443"],
+    ]);
+  });
+
+  it("leaves to the socket path a request unanswered since before the program followed the process: it did not see it written", () => {
+    const { go, losses, forwarded } = harness();
+    go.setAttached(PID, true, 20n * MS);
+    // Unanswered since 10 ms (written before the program followed), and since 25 ms (after): the second is this path's.
+    go.offerSocketEvent(socketLoss(30n * MS, "connection_reset", "10.96.0.1:443", 20), identity);
+    go.offerSocketEvent(socketLoss(60n * MS, "connection_reset", "10.96.0.1:443", 35), identity);
+    go.drain(1000n * MS);
+    assert.deepEqual(forwarded.map((e) => e.kernelTimeNs / MS), [30n]);
+    assert.deepEqual(losses, [], "no request of it was seen: nothing of this path's was lost");
   });
 
   it("counts every request to an apiserver, of any method: the writes of a process whose sends the kernel leaves alone", () => {

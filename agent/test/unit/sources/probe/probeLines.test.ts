@@ -49,6 +49,8 @@ type Expected =
   | { type: "exec"; ts: bigint; pid: number; cgroup: bigint; comm: string }
   | { type: "ack"; seq: number }
   | { type: "tick"; ts: bigint }
+  | { type: "follow"; ts: bigint; pid: number; since: bigint }
+  | { type: "unfollow"; ts: bigint; pid: number }
   | { type: "go_request"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint; streamId: number; pathLen: number; method: string; port: number; addr: string }
   | { type: "go_path"; pid: number; stream: bigint; offset: number; part: string }
   | { type: "go_headers"; ts: bigint; pid: number; conn: bigint; streamId: number; name: string; value: string }
@@ -197,20 +199,20 @@ void describe("the generated Go HTTP/2 program", () => {
     name,
     functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, location(HTTP2_SYMBOLS[name][fn], 0x1000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof location>>,
   }));
-  const text = renderGoProgram({ binary: "/host/proc/42/exe", families, pids: [42, 7] });
+  const text = renderGoProgram({ binary: "/proc/9/fd/12", families, programId: 3, pids: [42, 7], execWatch: true });
 
   void it("prints every kind of the Go family, each printf with the table's fields", () => {
     assert.deepEqual(printfProblems("go-http2", text, GO_KINDS), []);
   });
 
-  void it("attaches every function of every family at its probe offset, in the chosen pids only", () => {
+  void it("attaches every function of every family at its probe offset, reporting for the followed pids only", () => {
     const probes = [...text.matchAll(/^uprobe:(\S+):0x([0-9a-f]+) \/(.*)\/ \{$/gm)];
     assert.equal(probes.length, HTTP2_FAMILY_NAMES.length * HTTP2_FUNCTIONS.length);
     const offsets = new Set(families.flatMap((f) => Object.values(f.functions).map((l) => l.probeOffset)));
     for (const [, binary, offset, filter] of probes) {
-      assert.equal(binary, "/host/proc/42/exe");
+      assert.equal(binary, "/proc/9/fd/12");
       assert.ok(offsets.has(parseInt(offset!, 16)), `offset 0x${offset}`);
-      assert.equal(filter, "pid == 7 || pid == 42");
+      assert.equal(filter, "@lw_pids[(uint64)pid]");
     }
     assert.doesNotMatch(text, /uretprobe/, "never a return probe on Go code");
   });
@@ -222,23 +224,24 @@ void describe("the generated Go HTTP/2 program", () => {
   });
 
   void it("refuses targets it cannot express, naming the value", () => {
-    assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [] }), /1\.\.64 pids, got 0/);
-    assert.throws(() => renderGoProgram({ binary: "/x", families, pids: [-1] }), /positive integer, got -1/);
-    assert.throws(() => renderGoProgram({ binary: '/a "b', families, pids: [1] }), /quotes or spaces: "\/a "b"/);
-    assert.throws(() => renderGoProgram({ binary: "/x", families: [], pids: [1] }), /no HTTP\/2 family/);
+    const follow = { programId: 0, pids: [1], execWatch: false };
+    assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, pids: [-1] }), /positive integer, got -1/);
+    assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, programId: 255 }), /program id: expected 0…254, got 255/);
+    assert.throws(() => renderGoProgram({ binary: '/a "b', families, ...follow }), /quotes or spaces: "\/a "b"/);
+    assert.throws(() => renderGoProgram({ binary: "/x", families: [], ...follow }), /no HTTP\/2 family/);
   });
 });
 
 void describe("the generated TLS program", () => {
   const TLS_KINDS = Object.keys(PROBE_FAMILIES.tls) as PrintfKind[];
   const library = "/host/proc/42/root/usr/lib/x86_64-linux-gnu/libssl.so.3";
-  const text = renderTlsProgram({ library, pids: [42, 7] });
+  const text = renderTlsProgram({ library, programId: 4, pids: [42, 7], execWatch: false });
 
   void it("prints every kind of the TLS family, each printf with the table's fields", () => {
     assert.deepEqual(printfProblems("tls", text, TLS_KINDS), []);
   });
 
-  void it("probes OpenSSL's read, write and handshake in that file, and every process-context probe in the chosen pids only", () => {
+  void it("probes OpenSSL's read, write and handshake in that file, and every process-context probe for the followed pids only", () => {
     const uprobes = [...text.matchAll(/^(uprobe|uretprobe):(\S+):(\w+) \/(.*)\/ \{$/gm)];
     assert.deepEqual(uprobes.map(([, kind, , fn]) => `${kind} ${fn}`).sort(), [
       "uprobe SSL_do_handshake", "uprobe SSL_free", "uprobe SSL_get_error", "uprobe SSL_read", "uprobe SSL_read_ex", "uprobe SSL_write", "uprobe SSL_write_ex",
@@ -246,9 +249,9 @@ void describe("the generated TLS program", () => {
     ]);
     for (const [, , file, , filter] of uprobes) {
       assert.equal(file, library);
-      assert.equal(filter, "pid == 7 || pid == 42");
+      assert.equal(filter, "@lw_pids[(uint64)pid]");
     }
-    assert.match(text, /^tracepoint:sock:sock_send_length \/pid == 7 \|\| pid == 42\/ \{$/m, "sockets are learned from the chosen pids' sends only");
+    assert.match(text, /^tracepoint:sock:sock_send_length \/@lw_pids\[\(uint64\)pid\]\/ \{$/m, "sockets are learned from the followed pids' sends only");
     assert.match(text, /^tracepoint:sock:inet_sock_set_state \{$/m, "a close is seen in any context: a reset comes in softirq");
   });
 
@@ -263,8 +266,8 @@ void describe("the generated TLS program", () => {
   });
 
   void it("refuses targets it cannot express, naming the value", () => {
-    assert.throws(() => renderTlsProgram({ library, pids: [] }), /1\.\.64 pids, got 0/);
-    assert.throws(() => renderTlsProgram({ library, pids: [0] }), /positive integer, got 0/);
-    assert.throws(() => renderTlsProgram({ library: "/a b", pids: [1] }), /quotes, spaces or colons: "\/a b"/);
+    const follow = { programId: 0, pids: [1], execWatch: false };
+    assert.throws(() => renderTlsProgram({ library, ...follow, pids: [0] }), /positive integer, got 0/);
+    assert.throws(() => renderTlsProgram({ library: "/a b", ...follow }), /quotes, spaces or colons: "\/a b"/);
   });
 });

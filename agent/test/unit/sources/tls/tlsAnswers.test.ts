@@ -49,6 +49,15 @@ void describe("TLS answers", { timeout: 10_000 }, () => {
     }
   });
 
+  void it("keeps the wire's count of a request unanswered since before the TLS program followed the process: it did not see it written", () => {
+    const { answers, released, handle } = setup();
+    // Followed since 60 ms; the wire's request since 50 ms (100 ms close, 50 ms wait), which TLS saw none of.
+    answers.setAttached(PID, true, 60n * MS);
+    handle(close({ unansweredBytes: 620, waitedNs: 50n * MS }));
+    handle(verdict({ unansweredBytes: 0, waitedNs: 0n }));
+    assert.deepEqual(released, [close({ unansweredBytes: 620, waitedNs: 50n * MS })]);
+  });
+
   void it("clears a close the wire took for unanswered when the client read its answer", () => {
     const { answers, released, handle } = setup();
     answers.setAttached(PID, true);
