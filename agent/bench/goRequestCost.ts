@@ -11,7 +11,10 @@
 // renders for its binary (uprobes on its functions, filtered to its pid) —
 // for this stripped binary, past each function's stack check; and the same
 // program with its uprobes at the function entries, where they go in a
-// binary with symbols (see stackCheckPrologue.ts for why the two differ).
+// binary with symbols (see stackCheckPrologue.ts for why the two differ);
+// and the first program following no process: what every process running a
+// probed binary pays when the agent does not follow it (the traps, and the
+// one map lookup that sends them away).
 // The client's CPU time is its whole process's (getrusage: a uprobe's cost is
 // charged to whichever thread hit it); the server's is read from /proc, to
 // show that a process the probe does not follow pays nothing. In each probe
@@ -112,13 +115,14 @@ async function main(): Promise<void> {
     const programs = {
       probe: renderGoProgram({ binary: binaryPath, families: inspected.families, programId: 0, pids: [client.pid], execWatch: false }),
       entry: renderGoProgram({ binary: binaryPath, families: atEntries, programId: 0, pids: [client.pid], execWatch: false }),
+      unfollowed: renderGoProgram({ binary: binaryPath, families: inspected.families, programId: 0, pids: [], execWatch: false }),
     };
     type Phase = "none" | keyof typeof programs;
-    const phases: Phase[] = inspected.probePlacement === "entry" ? ["none", "probe"] : ["none", "probe", "entry"];
+    const phases: Phase[] = inspected.probePlacement === "entry" ? ["none", "probe", "unfollowed"] : ["none", "probe", "entry", "unfollowed"];
 
-    const cost = { none: [] as number[], probe: [] as number[], entry: [] as number[] };
-    const wall = { none: [] as number[], probe: [] as number[], entry: [] as number[] };
-    const serverCost = { none: [] as number[], probe: [] as number[], entry: [] as number[] };
+    const cost = { none: [] as number[], probe: [] as number[], entry: [] as number[], unfollowed: [] as number[] };
+    const wall = { none: [] as number[], probe: [] as number[], entry: [] as number[], unfollowed: [] as number[] };
+    const serverCost = { none: [] as number[], probe: [] as number[], entry: [] as number[], unfollowed: [] as number[] };
     const attach: number[] = [];
     const rss: number[] = [];
     const measure = async (phase: Phase): Promise<void> => {
@@ -149,7 +153,8 @@ async function main(): Promise<void> {
         await new Promise((r) => setTimeout(r, 300)); // the last lines out of the perf buffers
         const seen = probe.requestLines();
         await probe.stop();
-        if (seen < requests * RUNS_PER_PHASE) throw new Error(`the probe saw ${seen} of ${requests * RUNS_PER_PHASE} requests: not the probed path`);
+        if (phase === "unfollowed" && seen > 0) throw new Error(`a program following no process printed ${seen} requests`);
+        if (phase !== "unfollowed" && seen < requests * RUNS_PER_PHASE) throw new Error(`the probe saw ${seen} of ${requests * RUNS_PER_PHASE} requests: not the probed path`);
       }
     }
     const added = (phase: Exclude<Phase, "none">): number[] => cost[phase].map((ns, i) => ns - cost.none[i]!);
@@ -166,6 +171,8 @@ async function main(): Promise<void> {
       console.log(row("  added CPU ns/request (per-round pairs)", added("entry")));
       console.log(`  ratio                                          ${(median(cost.entry) / median(cost.none)).toFixed(3)}`);
     }
+    console.log(row("client CPU ns/request, program, client not followed", cost.unfollowed));
+    console.log(row("  added CPU ns/request (per-round pairs)", added("unfollowed")));
     console.log(row("client wall ns/request, no probe", wall.none));
     console.log(row("client wall ns/request, Go probe attached", wall.probe));
     console.log(row("server CPU ns/request, no probe", serverCost.none));

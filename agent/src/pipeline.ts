@@ -114,6 +114,14 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     metrics,
     onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
   });
+  // First of its listeners, so a target is recorded before the line that made it one: replay names it alike.
+  if (recorder) {
+    targets.onChange((changes) => {
+      for (const { pid } of changes.removed) recorder.target(pid, "", false);
+      for (const { pid, identity } of changes.added) recorder.target(pid, identity.process, true);
+      return Promise.resolve();
+    });
+  }
   const endpoints = new EndpointSync(config.apiserver.map(parseEndpoint), log);
   const isApiserver = (host: string, port: number): boolean => endpoints.has(host, port);
 

@@ -77,9 +77,11 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   const clock = MonotonicClock.fixed(header.clockOffsetNs);
   let nowNs = header.t;
   const wallMs = (): number => Number(clock.toWallNs(nowNs) / 1_000_000n);
-  // Replay has no /proc: a process is known by the comm its events carry, and
+  // Replay has no /proc: a process is known by the comm its lines carry, and
   // its spans' process.pid is taken to be the host pid (true outside pods).
   const comms = new Map<number, string>();
+  /** Pids the recording names (its `target` records): their lines' comms do not rename them. */
+  const named = new Set<number>();
   // When each pid was first seen: the live agent made it a target about then.
   const firstSeenMs = new Map<number, number>();
   const events: LossEvent[] = [];
@@ -132,6 +134,13 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       if (parsed.ok && isGoRecord(parsed.record)) goRequests.add(parsed.record);
       continue;
     }
+    if (record.kind === "target") {
+      if (record.added) {
+        comms.set(record.pid, record.process);
+        named.add(record.pid);
+      }
+      continue;
+    }
     if (record.kind === "tlsAttached") {
       stages.handleRecord({ type: "tls_attached", pid: record.pid, attached: record.attached, since: record.since ?? record.t });
       continue;
@@ -147,7 +156,9 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       const probeRecord = parsed.record;
       if (probeRecord.type === "hello") stages.counters.reset();
       if ("comm" in probeRecord && "pid" in probeRecord) {
-        comms.set(probeRecord.pid, probeRecord.comm);
+        // Named as the live agent named the target (its `target` record); in a
+        // recording without those, by the comm its lines carry.
+        if (!named.has(probeRecord.pid)) comms.set(probeRecord.pid, probeRecord.comm);
         if (!firstSeenMs.has(probeRecord.pid)) firstSeenMs.set(probeRecord.pid, wallMs());
       }
       stages.handleRecord(probeRecord);

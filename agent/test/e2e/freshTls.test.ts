@@ -78,6 +78,7 @@ describe("the first request on a fresh TLS connection, on the real kernel", { sk
   ];
 
   after(async () => {
+    if (process.env.TLS_E2E_DEBUG) console.error(agent?.stderr.join("\n"));
     for (const server of servers) server.kill();
     await agent?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });

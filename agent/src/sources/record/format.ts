@@ -12,6 +12,12 @@
 //   {"t":"…","kind":"goAttached","pid":4242,"attached":true,"since":"…"}
 //   {"t":"…","kind":"tlsProbe","line":"<raw line of a TLS program's bpftrace>"}
 //   {"t":"…","kind":"tlsAttached","pid":4242,"attached":true,"since":"…"}
+//   {"t":"…","kind":"target","pid":4242,"process":"manager","added":true}
+//
+// A `target` record is the name the live agent gave a process when it became
+// a target (or that it is no target any more): replay names its events alike,
+// whichever of its exec and a /proc scan told the agent first, and whatever
+// its threads are called since. Files without them are named from the lines.
 //
 // Version 2 added SK (the socket's address) to the socket probe's send and
 // close lines; a version 1 file is read with SK 0 there (upgradeProbeLine).
@@ -20,7 +26,7 @@ import { z } from "zod";
 export const RECORD_FORMAT_VERSION = 2;
 /** The versions a reader takes: version 1's lines are upgraded as they are read. */
 export const READABLE_FORMAT_VERSIONS = [1, 2] as const;
-export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached"] as const;
+export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached", "target"] as const;
 
 export interface HeaderRecord {
   kind: "header";
@@ -92,7 +98,16 @@ export interface TlsAttachedRecord {
   since?: bigint;
 }
 
-export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord | GoAttachedRecord | TlsProbeRecord | TlsAttachedRecord;
+/** A process became a target under this name (added), or is no target any more. */
+export interface TargetRecord {
+  kind: "target";
+  t: bigint;
+  pid: number;
+  process: string;
+  added: boolean;
+}
+
+export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord | GoAttachedRecord | TlsProbeRecord | TlsAttachedRecord | TargetRecord;
 export type RecordEntry = HeaderRecord | DataRecord;
 
 // Limits on what one record may hold, so a damaged file cannot blow memory.
@@ -161,6 +176,13 @@ const schemaByKind = {
   goAttached: attachedSchema("goAttached"),
   tlsProbe: lineSchema("tlsProbe"),
   tlsAttached: attachedSchema("tlsAttached"),
+  target: z.strictObject({
+    t: monotonicNs,
+    kind: z.literal("target"),
+    pid: z.int().positive().max(2 ** 22),
+    process: z.string().max(256),
+    added: z.boolean(),
+  }),
 } as const;
 
 export type ParseResult = { ok: true; record: RecordEntry } | { ok: false; error: string };
@@ -228,6 +250,8 @@ export function serializeRecord(record: RecordEntry): string {
         attached: record.attached,
         ...(record.since !== undefined ? { since: record.since.toString() } : {}),
       });
+    case "target":
+      return JSON.stringify({ t: record.t.toString(), kind: record.kind, pid: record.pid, process: record.process, added: record.added });
   }
 }
 

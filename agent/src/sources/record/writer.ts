@@ -41,6 +41,8 @@ export interface RecordWriter {
   tlsProbeLine(line: string, t?: bigint): void;
   /** The TLS program of `pid` attached (following it since kernel time `since`) or went away. */
   tlsAttached(pid: number, attached: boolean, since?: bigint, t?: bigint): void;
+  /** A process became a target under the name `process`, or is no target any more. */
+  target(pid: number, process: string, added: boolean, t?: bigint): void;
   /** Records dropped so far (queue full or file failed). */
   readonly dropped: number;
   /** Resolves when everything accepted so far is on its way to the disk. */
@@ -128,6 +130,7 @@ export async function openRecordWriter(path: string, opts: RecordWriterOptions):
     goAttached: (pid, attached, since, t) => data({ kind: "goAttached", t: t ?? now(), pid, attached, ...(since !== undefined ? { since } : {}) }),
     tlsProbeLine: (line, t) => data({ kind: "tlsProbe", t: t ?? now(), line }),
     tlsAttached: (pid, attached, since, t) => data({ kind: "tlsAttached", t: t ?? now(), pid, attached, ...(since !== undefined ? { since } : {}) }),
+    target: (pid, process, added, t) => data({ kind: "target", t: t ?? now(), pid, process, added }),
     get dropped() {
       return dropped;
     },

@@ -43,6 +43,7 @@ const SESSION_RECORDS: DataRecord[] = [
   { kind: "goProbe", t: 8151000000003n, line: '{"type": "printf", "data": "go_abort 8151000000000 4242 4243 824635023360 824634818560\\n"}' },
   { kind: "tlsAttached", t: 8151000000004n, pid: 3331, attached: true },
   { kind: "tlsProbe", t: 8151000000005n, line: '{"type": "printf", "data": "tls_close 8151000000004 3331 18446612685456223808 504 1250000 0\\n"}' },
+  { kind: "target", t: 8151000000006n, pid: 3331, process: "python3", added: true },
 ];
 
 let dir: string;
@@ -71,6 +72,7 @@ void describe("record writer", () => {
       else if (r.kind === "goAttached") writer.goAttached(r.pid, r.attached, r.since, r.t);
       else if (r.kind === "tlsAttached") writer.tlsAttached(r.pid, r.attached, r.since, r.t);
       else if (r.kind === "tlsProbe") writer.tlsProbeLine(r.line, r.t);
+      else if (r.kind === "target") writer.target(r.pid, r.process, r.added, r.t);
       else writer.goProbeLine(r.line, r.t);
     }
     await writer.close();
@@ -146,7 +148,7 @@ void describe("record reader", () => {
       [3, "not JSON (…)"],
       [4, 'key "t": want CLOCK_MONOTONIC nanoseconds as a decimal string, got "10x"'],
       [5, 'key "body": want base64, got "not base64!"'],
-      [6, 'key "kind": want one of header, probe, spans, clock, goProbe, goAttached, tlsProbe, tlsAttached, got "prob"'],
+      [6, 'key "kind": want one of header, probe, spans, clock, goProbe, goAttached, tlsProbe, tlsAttached, target, got "prob"'],
       [8, 'unknown key "pid" in a "probe" record'],
       [9, "a second header; the header belongs on line 1 only"],
       [10, 'key "clockOffsetNs": want signed nanoseconds as a decimal string, got 12'],
