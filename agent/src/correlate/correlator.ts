@@ -375,7 +375,7 @@ export class Correlator {
     // Outside containers the pid a process sees is the host pid; inside a pod
     // without a known NSpid, only the pod identifies its spans.
     const nsPid = nsPids !== null && nsPids.length > 0 ? (nsPids[nsPids.length - 1] ?? null) : inPod ? null : hostPid;
-    return { nsPid, namespace: identity.namespace || null, pod: identity.pod || null };
+    return { nsPid, hostPid, namespace: identity.namespace || null, pod: identity.pod || null };
   }
 
   /** A request the kernel read is matched by identity: once the span of that very request is in, nothing later can change the match. */
@@ -406,7 +406,7 @@ export class Correlator {
 
   #rememberSender(span: IndexedSpan): void {
     const p = span.process;
-    const key = `${p.pid ?? ""}|${p.namespace ?? ""}|${p.podName ?? ""}`;
+    const key = `${p.hostPid ?? ""}|${p.pid ?? ""}|${p.namespace ?? ""}|${p.podName ?? ""}`;
     this.#senders.delete(key);
     this.#senders.set(key, { process: p, lastMs: this.#o.now() });
     if (this.#senders.size > this.#o.senderCapacity) {
