@@ -163,7 +163,8 @@ export function judgeClaims(claimed: SpanProcess, sender: ConnectionSender, cont
     const actual = sender.process;
     const mismatch = claimDisagreement(claimed, actual, context.podsKnown);
     if (mismatch !== null) {
-      return refuse(mismatch, describeProcess(actual));
+      const named = context.namedTarget(claimed);
+      return refuse(named === null ? mismatch : `${mismatch} (target ${describeProcess(named)})`, describeProcess(actual));
     }
     return {
       ok: true,
@@ -182,7 +183,7 @@ export function judgeClaims(claimed: SpanProcess, sender: ConnectionSender, cont
   // Its own pid in its own namespace is no claim on anyone else.
   if (claimed.pid !== null && sender.processes.some((p) => p.nsPid === claimed.pid)) return { ok: true, process: claimed, proven: false };
   const named = context.namedTarget(claimed);
-  if (named !== null) return refuse(`resource process.pid=${claimed.pid} names target ${describeProcess(named)}`, sender.name);
+  if (named !== null) return refuse(`resource process.pid=${claimed.pid} (target ${describeProcess(named)})`, sender.name);
   return { ok: true, process: claimed, proven: false };
 }
 

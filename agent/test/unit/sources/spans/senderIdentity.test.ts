@@ -39,6 +39,9 @@ void describe("claims against the connection's sender", { timeout: 10_000 }, () 
     assert.ok(!verdict.ok);
     assert.equal(verdict.reason, "sender_mismatch");
     assert.equal(verdict.detail, "resource process.pid=4243, but the connection is victim[4242]'s");
+    const anotherTarget = judgeClaims(claimed({ pid: 4242 }), { kind: "target", process: podded }, hostMode);
+    assert.ok(!anotherTarget.ok);
+    assert.equal(anotherTarget.detail, "resource process.pid=4242 (target victim[4242]), but the connection is manager[5151] (pod ops/widget-a)'s");
   });
 
   void test("the pid a process in a PID namespace claims is its innermost NSpid", () => {
@@ -63,7 +66,7 @@ void describe("claims against the connection's sender", { timeout: 10_000 }, () 
   void test("from a process that is no target: a target's pid is refused; its own, or none, is taken but proves nothing", () => {
     const forged = judgeClaims(claimed({ pid: 4242 }), forger, hostMode);
     assert.ok(!forged.ok);
-    assert.equal(forged.detail, "resource process.pid=4242 names target victim[4242], but the connection is forger[6666]'s");
+    assert.equal(forged.detail, "resource process.pid=4242 (target victim[4242]), but the connection is forger[6666]'s");
     for (const pid of [6666, null, 31337]) {
       const verdict = judgeClaims(claimed({ pid }), forger, hostMode);
       assert.ok(verdict.ok && !verdict.proven, String(pid));
