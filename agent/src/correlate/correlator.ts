@@ -587,8 +587,12 @@ export class Correlator {
       kind: "status_write_lost",
       time: formatWallNs(span.endNs),
       node: this.#o.node,
-      // Seen only in spans: what the span says of its sender. Its process.pid
-      // is the pid inside the pod, not the host pid, so it is not reported as one.
+      // Seen only in spans: what the span says of its sender. Only spans of a
+      // proven sender get here (the target holding the request's connection, or
+      // a configured forwarder: sources/spans/senderTrust.ts); any other
+      // sender's refused writes were counted as untrusted at intake. Its
+      // process.pid is the pid inside the pod, not the host pid, so it is not
+      // reported as one.
       namespace: span.process.namespace,
       pod: span.process.podName,
       container: null,
