@@ -27,7 +27,7 @@ import WebSocket from "ws";
 import { startApiserver } from "../../testbed/apiserver/apiserver.ts";
 import type { LossEvent } from "../src/model.ts";
 import { parseRfc3339Ns } from "../src/sinks/rfc3339.ts";
-import { sendSpanOfProcess, startAgentProcess, waitFor } from "../test/e2e/support/agentProcess.ts";
+import { startAgentProcess, waitFor } from "../test/e2e/support/agentProcess.ts";
 import { NamedClients, type HttpsClient } from "../test/e2e/support/httpsClient.ts";
 import { positiveOption } from "./positiveOption.ts";
 
@@ -93,7 +93,8 @@ async function main(): Promise<void> {
 
     const traced = clients.client("lwl-traced");
     await traced.watchedBy(agent);
-    const sent = await sendSpanOfProcess(agent, traced.pid);
+    // From the client itself: the agent takes a process's spans only from that process.
+    const sent = await traced.run(`span 127.0.0.1 ${agent.otlpPort}`);
     if (sent.status !== 200) throw new Error(`the traced client's span was refused: ${sent.status} ${sent.text}`);
     const tracedCount = Math.max(5, Math.ceil(losses / 4));
     const waited = (await lose(traced, "traced", tracedCount, windowMs)).map((ms) => ms - windowMs);

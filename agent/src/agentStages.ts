@@ -17,11 +17,15 @@ import { createTraceSink, DISABLED_TRACE_SINK, type TraceSink } from "./sinks/tr
 import type { EndpointSync } from "./sources/probe/endpointSync.ts";
 import { startOtlpGrpcReceiver } from "./sources/spans/otlpGrpcReceiver.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
-import type { SenderDirectory } from "./sources/spans/senderTrust.ts";
+import { parseForwarder, type ForwarderSelector } from "./sources/spans/forwarders.ts";
+import { SenderIdentity, type TargetView } from "./sources/spans/senderIdentity.ts";
+import type { ConnectionSender, KnownProcess, SenderDirectory } from "./sources/spans/senderTrust.ts";
+import { canonicalAddress } from "./ipAddress.ts";
 import { SpanIntake, type SpanIntakeOptions } from "./sources/spans/spanIntake.ts";
+import type { RecordedSender } from "./sources/record/format.ts";
 import { openRecordWriter, type RecordWriter } from "./sources/record/writer.ts";
 import type { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
-import type { TargetWatcher } from "./sources/targets/targetWatcher.ts";
+import type { TargetWatcher, WatchedTarget } from "./sources/targets/targetWatcher.ts";
 import { AGENT_VERSION } from "./version.ts";
 
 export type Readiness = () => { ok: boolean; reason: string };
@@ -144,21 +148,36 @@ export class OtlpStage implements Stage {
   private readonly intake: SpanIntake;
   private readonly config: Config;
 
-  /** `senders` is this node's pods by address in Kubernetes mode, else null: see sources/spans/senderTrust.ts. */
+  /**
+   * `senders` is this node's pods by address in Kubernetes mode, else null;
+   * each connection's sender process is looked for among `targets`: see
+   * sources/spans/senderTrust.ts.
+   */
   constructor(
     config: Config,
     metrics: AgentMetrics,
     recorder: RecordWriter | null,
     onSpans: SpanIntakeOptions["onSpans"],
     senders: () => SenderDirectory | null,
+    targets: Pick<TargetWatcher, "pids" | "target">,
+    log: Pick<Logger, "warnRateLimited">,
   ) {
     this.config = config;
+    const identity = new SenderIdentity({
+      procRoot: config["proc-root"],
+      targets: targetView(targets),
+      forwarders: config["otlp-forwarders"].map(forwarderSelector),
+      metrics,
+      podAt: config.kubernetes ? (address) => senders()?.podAt(canonicalAddress(address) ?? address) ?? null : null,
+    });
     this.intake = new SpanIntake({
       metrics,
       onSpans,
       senders,
+      identity,
+      log,
       ...(config["otlp-forward"] ? { forwardUrl: config["otlp-forward"] } : {}),
-      ...(recorder ? { onAccepted: ({ body, contentType, peer }) => recorder.spans(peer, contentType, body) } : {}),
+      ...(recorder ? { onAccepted: ({ body, contentType, peer, sender }) => recorder.spans(peer, contentType, body, undefined, recordedSender(sender)) } : {}),
     });
   }
 
@@ -188,6 +207,42 @@ export class OtlpStage implements Stage {
     await Promise.all([this.http?.close(), this.grpc?.close()]);
     await this.intake.close();
   }
+}
+
+/** The target source as the span intake asks it: which processes are targets now, and their own pids. */
+function targetView(targets: Pick<TargetWatcher, "pids" | "target">): TargetView {
+  const known = (t: WatchedTarget): KnownProcess => ({
+    hostPid: t.pid,
+    nsPid: t.nsPids?.at(-1) ?? t.pid,
+    comm: t.identity.process || t.comm,
+    namespace: t.identity.namespace || null,
+    pod: t.identity.pod || null,
+  });
+  return {
+    target: (pid) => {
+      const t = targets.target(pid);
+      return t === undefined ? null : known(t);
+    },
+    all: () => targets.pids().flatMap((pid) => {
+      const t = targets.target(pid);
+      return t === undefined ? [] : [known(t)];
+    }),
+  };
+}
+
+/** What replay needs of a connection's sender to judge the recorded resources alike. */
+function recordedSender(sender: ConnectionSender | null): RecordedSender | undefined {
+  if (sender === null) return undefined;
+  if (sender.kind !== "target") return { kind: sender.kind };
+  const { hostPid, nsPid, comm, namespace, pod } = sender.process;
+  return { kind: "target", pid: hostPid, nsPid, comm, namespace, pod };
+}
+
+/** A config entry validated at load (config.ts), as a selector. */
+function forwarderSelector(text: string): ForwarderSelector {
+  const parsed = parseForwarder(text);
+  if ("error" in parsed) throw new Error(`otlp-forwarders: "${text}": ${parsed.error}`);
+  return parsed;
 }
 
 /** Pods and apiserver endpoints from the Kubernetes API, followed live. */

@@ -19,6 +19,12 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
   { key: "otlp-listen", flag: "--otlp-listen <addr:port>", help: "OTLP/HTTP span intake (default 127.0.0.1:4318)" },
   { key: "otlp-grpc-listen", flag: "--otlp-grpc-listen <addr:port>", help: "OTLP/gRPC span intake, or off (default 127.0.0.1:4317)" },
   { key: "otlp-forward", flag: "--otlp-forward <url>", help: "pass every received span batch on to this OTLP/HTTP URL" },
+  {
+    key: "otlp-forwarders",
+    flag: "--otlp-forwarders <selector>",
+    help: "a sender whose span resources are taken as sent (a local Collector): exe:/PATH or pod:NAMESPACE/NAME[*] (repeatable)",
+    repeatable: true,
+  },
   { key: "record", flag: "--record <file>", help: "record the probe stream and received spans for replay" },
   { key: "correlation-window", flag: "--correlation-window <duration>", help: "longest wait for spans (default 10s)" },
   {

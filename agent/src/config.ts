@@ -8,6 +8,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { splitHostPort } from "./hostPort.ts";
+import { parseForwarder } from "./sources/spans/forwarders.ts";
 
 const hostPort = z.string().refine((value) => splitHostPort(value) !== null, "expected ADDR:PORT");
 const regex = z.string().refine((value) => {
@@ -55,6 +56,13 @@ export const configSchema = z.strictObject({
   // "off" turns the gRPC intake off (the HTTP one is what the demo and replay use).
   "otlp-grpc-listen": z.union([z.literal("off"), hostPort]).default("127.0.0.1:4317"),
   "otlp-forward": z.url().optional(),
+  // Senders whose span resources are taken as sent (a local Collector): docs/spans.md.
+  "otlp-forwarders": list(
+    z.string().superRefine((value, ctx) => {
+      const parsed = parseForwarder(value);
+      if ("error" in parsed) ctx.addIssue({ code: "custom", message: `"${value}": ${parsed.error}` });
+    }),
+  ).default([]),
   record: z.string().min(1).optional(),
   "correlation-window": duration.default(10000),
   "span-grace": duration.default(60000),

@@ -162,8 +162,8 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     metrics,
     consume: (batch) => judged.correlator.addSpans(batch),
   });
-  // In Kubernetes mode a span's pod is its sender's, by address (sources/spans/senderTrust.ts).
-  const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch), () => kube?.senders() ?? null);
+  // A span's process is the one holding its connection; in Kubernetes mode its pod is also its address's (sources/spans/senderTrust.ts).
+  const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch), () => kube?.senders() ?? null, targets, log);
 
   // --- the probe -----------------------------------------------------------------
   const probe = new BpftraceSupervisor({

@@ -17,7 +17,7 @@ import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { parseProbeLine } from "./sources/probe/probeOutput.ts";
 import { openRecordReader } from "./sources/record/reader.ts";
-import { decodeTraceBody } from "./sources/spans/spanIntake.ts";
+import { decodeTraceBody, judgeRecordedSpans } from "./sources/spans/spanIntake.ts";
 import { formatEventLine, shouldColor } from "./tail.ts";
 
 /** The live correlator's tick while losses wait, in recorded time: windows close in the same order. */
@@ -164,7 +164,8 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       stages.handleRecord(probeRecord);
     } else {
       try {
-        stages.correlator.addSpans(decodeTraceBody(record.contentType, record.body, record.peer || null));
+        const spans = judgeRecordedSpans(decodeTraceBody(record.contentType, record.body, record.peer || null), record.sender, recorded.kubernetes === true);
+        stages.correlator.addSpans(spans);
       } catch (error) {
         err.write(`lostwrite replay: spans at t=${record.t}: ${String(error)} (skipped)\n`);
       }

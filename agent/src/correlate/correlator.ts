@@ -396,7 +396,7 @@ export class Correlator {
     // Outside containers the pid a process sees is the host pid; inside a pod
     // without a known NSpid, only the pod identifies its spans.
     const nsPid = nsPids !== null && nsPids.length > 0 ? (nsPids[nsPids.length - 1] ?? null) : inPod ? null : hostPid;
-    return { nsPid, namespace: identity.namespace || null, pod: identity.pod || null };
+    return { nsPid, hostPid, namespace: identity.namespace || null, pod: identity.pod || null };
   }
 
   /** A request the kernel read is matched by identity: once the span of that very request is in, nothing later can change the match. */
@@ -427,7 +427,7 @@ export class Correlator {
 
   #rememberSender(span: IndexedSpan): void {
     const p = span.process;
-    const key = `${p.pid ?? ""}|${p.namespace ?? ""}|${p.podName ?? ""}`;
+    const key = `${p.hostPid ?? ""}|${p.pid ?? ""}|${p.namespace ?? ""}|${p.podName ?? ""}`;
     this.#senders.delete(key);
     this.#senders.set(key, { process: p, lastMs: this.#o.now() });
     if (this.#senders.size > this.#o.senderCapacity) {
@@ -608,8 +608,12 @@ export class Correlator {
       kind: "status_write_lost",
       time: formatWallNs(span.endNs),
       node: this.#o.node,
-      // Seen only in spans: what the span says of its sender. Its process.pid
-      // is the pid inside the pod, not the host pid, so it is not reported as one.
+      // Seen only in spans: what the span says of its sender. Only spans of a
+      // proven sender get here (the target holding the request's connection, or
+      // a configured forwarder: sources/spans/senderTrust.ts); any other
+      // sender's refused writes were counted as untrusted at intake. Its
+      // process.pid is the pid inside the pod, not the host pid, so it is not
+      // reported as one.
       namespace: span.process.namespace,
       pod: span.process.podName,
       container: null,

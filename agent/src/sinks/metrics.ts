@@ -221,6 +221,16 @@ export class AgentMetrics {
     labelNames: ["reason"],
     registers: [this.registry],
   });
+  readonly spanSenderConnections = new Gauge({
+    name: "lostwrite_span_sender_connections",
+    help: "OTLP connections whose sending process is remembered now (looked up once per connection).",
+    registers: [this.registry],
+  });
+  readonly spanLossesUntrusted = new Counter({
+    name: "lostwrite_span_losses_untrusted_total",
+    help: "Refused status writes seen only in spans whose sender is not a proven target process: not reported as losses.",
+    registers: [this.registry],
+  });
   readonly spanIndexSize = new Gauge({
     name: "lostwrite_span_index_spans",
     help: "Spans held in the span index now.",
@@ -281,6 +291,7 @@ export class AgentMetrics {
     this.probeControlFailures.inc(0);
     this.probeParseErrors.inc(0);
     this.spansReceived.inc(0);
+    this.spanLossesUntrusted.inc(0);
   }
 
   /**

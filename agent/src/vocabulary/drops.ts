@@ -17,6 +17,7 @@ export const DROP_STAGES = [
   "traces",
   "record",
   "otlp_forward",
+  "otlp_senders",
   "go_probes",
   "go_requests",
   "tls_answers",

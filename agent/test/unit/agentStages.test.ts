@@ -9,6 +9,7 @@ import { OtlpStage } from "../../src/agentStages.ts";
 import { loadConfig } from "../../src/config.ts";
 import { AgentMetrics } from "../../src/sinks/metrics.ts";
 import type { IndexedSpan } from "../../src/sources/spans/indexedSpans.ts";
+import type { WatchedTarget } from "../../src/sources/targets/targetWatcher.ts";
 import { protobufBody, readableSpan, type SpanDef } from "./sources/spans/otlpSpans.ts";
 
 const span: SpanDef = {
@@ -17,14 +18,26 @@ const span: SpanDef = {
   name: "reconcile widget",
   startMs: Date.UTC(2026, 11, 3, 9),
   endMs: Date.UTC(2026, 11, 3, 9) + 50,
-  resource: { "process.pid": 4242 },
+  // This test process sends it, as itself.
+  resource: { "process.pid": process.pid },
 };
+
+/** The target source with one target: this test process, outside any pod. */
+const thisProcess = {
+  pids: () => [process.pid],
+  target: (pid: number): WatchedTarget | undefined =>
+    pid === process.pid
+      ? { pid, comm: "node", cmdline: "", source: "pid", nsPids: [pid], sinceMs: 0, identity: { pid, process: "node", namespace: "", pod: "", container: "", controller: "" } }
+      : undefined,
+};
+const noTargets = { pids: () => [], target: () => undefined };
+const log = { warnRateLimited: () => {} };
 
 void describe("OTLP stage", { timeout: 30_000 }, () => {
   void test("takes spans over HTTP and gRPC into one consumer", async () => {
     const received: IndexedSpan[][] = [];
     const config = loadConfig([{ name: "test", values: { "otlp-listen": "127.0.0.1:0", "otlp-grpc-listen": "127.0.0.1:0" } }]);
-    const stage = new OtlpStage(config, new AgentMetrics(), null, (spans) => received.push(spans) > 0, () => null);
+    const stage = new OtlpStage(config, new AgentMetrics(), null, (spans) => received.push(spans) > 0, () => null, thisProcess, log);
     await stage.start();
     try {
       const grpcAddress = stage.grpcAddress;
@@ -40,6 +53,8 @@ void describe("OTLP stage", { timeout: 30_000 }, () => {
       await exporter.shutdown();
       assert.equal(result.code, 0);
       assert.deepEqual(received.map((batch) => batch.map((s) => s.spanId)), [[span.spanId], [span.spanId]]);
+      // Proven by the connection on both transports: this process, by its host pid.
+      assert.deepEqual(received.map((batch) => [batch[0]?.process.sender, batch[0]?.process.hostPid]), [["process", process.pid], ["process", process.pid]]);
     } finally {
       await stage.stop();
     }
@@ -47,7 +62,7 @@ void describe("OTLP stage", { timeout: 30_000 }, () => {
 
   void test("--otlp-grpc-listen off: HTTP only", async () => {
     const config = loadConfig([{ name: "test", values: { "otlp-listen": "127.0.0.1:0", "otlp-grpc-listen": "off" } }]);
-    const stage = new OtlpStage(config, new AgentMetrics(), null, () => true, () => null);
+    const stage = new OtlpStage(config, new AgentMetrics(), null, () => true, () => null, noTargets, log);
     await stage.start();
     assert.equal(stage.grpcAddress, null);
     await stage.stop();
@@ -65,7 +80,7 @@ void describe("OTLP stage", { timeout: 30_000 }, () => {
     });
     try {
       const config = loadConfig([{ name: "test", values: { "otlp-listen": `127.0.0.1:${httpPort}`, "otlp-grpc-listen": `127.0.0.1:${port}` } }]);
-      const stage = new OtlpStage(config, new AgentMetrics(), null, () => true, () => null);
+      const stage = new OtlpStage(config, new AgentMetrics(), null, () => true, () => null, noTargets, log);
       await assert.rejects(stage.start(), new RegExp(`otlpGrpcListen: cannot listen on 127\\.0\\.0\\.1:${port}`));
       // The HTTP port is free again.
       const again = net.createServer();

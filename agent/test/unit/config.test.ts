@@ -49,6 +49,16 @@ describe("config", () => {
     assert.throws(() => configFromEnv({ LOSTWRITE_TARGETS: "1" }), /unknown variable LOSTWRITE_TARGETS="1"/);
   });
 
+  it("otlp-forwarders: selectors from flags, env (comma-separated) or the file; a bad one names the key and the value", () => {
+    const config = loadConfig([{ name: "environment", values: { "otlp-forwarders": "exe:/usr/bin/otelcol,pod:observability/otel-agent-*" } }]);
+    assert.deepEqual(config["otlp-forwarders"], ["exe:/usr/bin/otelcol", "pod:observability/otel-agent-*"]);
+    assert.throws(() => loadConfig([{ name: "flags", values: { "otlp-forwarders": ["otelcol"] } }]), (err: Error) => {
+      assert.ok(err instanceof ConfigError);
+      assert.match(err.message, /flags: key "otlp-forwarders" value \["otelcol"\]: "otelcol": expected exe:\/PATH or pod:NAMESPACE\/NAME/);
+      return true;
+    });
+  });
+
   it("ignores, and returns for a warning, the variables service links inject for Services named lostwrite…", () => {
     // What the kubelet sets for a Service "lostwrite" (ClusterIP 10.96.12.34,
     // ports "metrics" 9470/TCP and "otlp-http" 4318/TCP), one

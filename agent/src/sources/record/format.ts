@@ -4,9 +4,10 @@
 // them and must reach the same events. Times are CLOCK_MONOTONIC nanoseconds
 // as decimal strings: JSON numbers lose precision past 2^53.
 //
-//   {"t":"…","kind":"header","version":2,"node":"n1","clockOffsetNs":"…","recordedAt":"…","agent":{…}}
+//   {"t":"…","kind":"header","version":3,"node":"n1","clockOffsetNs":"…","recordedAt":"…","agent":{…}}
 //   {"t":"…","kind":"probe","line":"<raw bpftrace -f json line>"}
-//   {"t":"…","kind":"spans","peer":"127.0.0.1:40312","contentType":"application/x-protobuf","body":"<base64>"}
+//   {"t":"…","kind":"spans","peer":"127.0.0.1:40312","contentType":"application/x-protobuf","body":"<base64>",
+//    "sender":{"kind":"target","pid":4242,"nsPid":1,"comm":"manager","namespace":"ops","pod":"widget-7d9"}}
 //   {"t":"…","kind":"clock","clockOffsetNs":"…"}
 //   {"t":"…","kind":"goProbe","line":"<raw line of a Go program's bpftrace>"}
 //   {"t":"…","kind":"goAttached","pid":4242,"attached":true,"since":"…"}
@@ -21,11 +22,15 @@
 //
 // Version 2 added SK (the socket's address) to the socket probe's send and
 // close lines; a version 1 file is read with SK 0 there (upgradeProbeLine).
+// Version 3 added `sender` to spans records: who held the request's
+// connection (a target process, a configured forwarder, or anything else),
+// so that replay judges the resources' claims as the live agent did. A
+// record without it (versions 1 and 2) is taken as its resources claim.
 import { z } from "zod";
 
-export const RECORD_FORMAT_VERSION = 2;
+export const RECORD_FORMAT_VERSION = 3;
 /** The versions a reader takes: version 1's lines are upgraded as they are read. */
-export const READABLE_FORMAT_VERSIONS = [1, 2] as const;
+export const READABLE_FORMAT_VERSIONS = [1, 2, 3] as const;
 export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached", "target"] as const;
 
 export interface HeaderRecord {
@@ -48,6 +53,12 @@ export interface ProbeRecord {
   line: string;
 }
 
+/** Who held the client end of a spans request's connection (sources/spans/senderTrust.ts ConnectionSender). */
+export type RecordedSender =
+  | { kind: "target"; pid: number; nsPid: number; comm: string; namespace: string | null; pod: string | null }
+  | { kind: "forwarder" }
+  | { kind: "other" };
+
 /** One OTLP/HTTP request body as received (after Content-Encoding is undone). */
 export interface SpansRecord {
   kind: "spans";
@@ -55,6 +66,8 @@ export interface SpansRecord {
   peer: string;
   contentType: string;
   body: Buffer;
+  /** Absent in files before version 3, and when the agent judged no connection. */
+  sender?: RecordedSender;
 }
 
 /** The monotonic-to-wall offset the agent measured anew at `t`. */
@@ -141,6 +154,20 @@ const lineSchema = <K extends "probe" | "goProbe" | "tlsProbe">(kind: K) =>
     line: z.string().max(MAX_PROBE_LINE_CHARS),
   });
 
+const pid = z.int().positive().max(2 ** 22);
+const senderSchema = z.discriminatedUnion("kind", [
+  z.strictObject({
+    kind: z.literal("target"),
+    pid,
+    nsPid: pid,
+    comm: z.string().max(64),
+    namespace: z.string().max(253).nullable(),
+    pod: z.string().max(253).nullable(),
+  }),
+  z.strictObject({ kind: z.literal("forwarder") }),
+  z.strictObject({ kind: z.literal("other") }),
+]);
+
 const spansSchema = z.strictObject({
   t: monotonicNs,
   kind: z.literal("spans"),
@@ -150,6 +177,7 @@ const spansSchema = z.strictObject({
     .base64({ error: "want base64" })
     .max(MAX_SPANS_BODY_BASE64_CHARS)
     .transform((b) => Buffer.from(b, "base64")),
+  sender: senderSchema.optional(),
 });
 
 const clockSchema = z.strictObject({
@@ -162,7 +190,7 @@ const attachedSchema = <K extends "goAttached" | "tlsAttached">(kind: K) =>
   z.strictObject({
     t: monotonicNs,
     kind: z.literal(kind),
-    pid: z.int().positive().max(2 ** 22),
+    pid,
     attached: z.boolean(),
     since: monotonicNs.optional(),
   });
@@ -179,7 +207,7 @@ const schemaByKind = {
   target: z.strictObject({
     t: monotonicNs,
     kind: z.literal("target"),
-    pid: z.int().positive().max(2 ** 22),
+    pid,
     process: z.string().max(256),
     added: z.boolean(),
   }),
@@ -235,6 +263,7 @@ export function serializeRecord(record: RecordEntry): string {
         peer: record.peer,
         contentType: record.contentType,
         body: record.body.toString("base64"),
+        ...(record.sender ? { sender: record.sender } : {}),
       });
     case "clock":
       return JSON.stringify({ t: record.t.toString(), kind: record.kind, clockOffsetNs: record.clockOffsetNs.toString() });

@@ -8,7 +8,7 @@ import { open } from "node:fs/promises";
 import type { WriteStream } from "node:fs";
 import type { Logger } from "../../sinks/log.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
-import { RECORD_FORMAT_VERSION, serializeRecord, type DataRecord, type HeaderRecord, type RecordEntry } from "./format.ts";
+import { RECORD_FORMAT_VERSION, serializeRecord, type DataRecord, type HeaderRecord, type RecordedSender, type RecordEntry } from "./format.ts";
 
 export interface RecordWriterOptions {
   header: {
@@ -31,7 +31,8 @@ export interface RecordWriterOptions {
 
 export interface RecordWriter {
   probeLine(line: string, t?: bigint): void;
-  spans(peer: string, contentType: string, body: Uint8Array, t?: bigint): void;
+  /** An accepted OTLP body, with who held its connection when that was judged. */
+  spans(peer: string, contentType: string, body: Uint8Array, t?: bigint, sender?: RecordedSender): void;
   clock(clockOffsetNs: bigint, t?: bigint): void;
   /** A line of a Go program's bpftrace. */
   goProbeLine(line: string, t?: bigint): void;
@@ -123,8 +124,15 @@ export async function openRecordWriter(path: string, opts: RecordWriterOptions):
 
   return {
     probeLine: (line, t) => data({ kind: "probe", t: t ?? now(), line }),
-    spans: (peer, contentType, body, t) =>
-      data({ kind: "spans", t: t ?? now(), peer, contentType, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength) }),
+    spans: (peer, contentType, body, t, sender) =>
+      data({
+        kind: "spans",
+        t: t ?? now(),
+        peer,
+        contentType,
+        body: Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+        ...(sender ? { sender } : {}),
+      }),
     clock: (clockOffsetNs, t) => data({ kind: "clock", t: t ?? now(), clockOffsetNs }),
     goProbeLine: (line, t) => data({ kind: "goProbe", t: t ?? now(), line }),
     goAttached: (pid, attached, since, t) => data({ kind: "goAttached", t: t ?? now(), pid, attached, ...(since !== undefined ? { since } : {}) }),

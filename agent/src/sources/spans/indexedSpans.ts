@@ -32,18 +32,22 @@ export type SpanStatus = "unset" | "ok" | "error";
 const STATUSES: readonly SpanStatus[] = ["unset", "ok", "error"];
 
 /**
- * How the pod of a span was decided (sources/spans/senderTrust.ts):
- * `claimed`, as the resource says (outside Kubernetes mode); `pod`, the pod
- * the sender's address belongs to; `node`, a process of the node outside any
- * pod (a loopback or node-address sender naming no pod).
+ * How the process of a span was decided (sources/spans/senderTrust.ts):
+ * `process`, the target process holding the client end of the connection
+ * (`hostPid` says which); `claimed`, as the resource says (a configured
+ * forwarder's, or a recording made before connections were judged); `pod`,
+ * the pod the sender's address belongs to; `node`, a process of the node
+ * outside any pod (a loopback or node-address sender naming no pod).
  */
-export type SpanSender = "claimed" | "pod" | "node";
+export type SpanSender = "process" | "claimed" | "pod" | "node";
 
 /** Who sent a span: resource attributes plus the peer that sent the request. */
 export interface SpanProcess {
   sender: SpanSender;
   /** `process.pid`: the pid in the sender's own PID namespace. */
   pid: number | null;
+  /** The sender's host pid, when its connection proved it (sender `process`). */
+  hostPid: number | null;
   podUid: string | null;
   podName: string | null;
   namespace: string | null;
@@ -104,6 +108,7 @@ export function toIndexedSpans(request: WireRequest, peerAddress: string | null)
     const process: SpanProcess = {
       sender: "claimed",
       pid: firstInteger(resource, [PROCESS_ATTRIBUTES.pid]),
+      hostPid: null,
       podUid: firstString(resource, [PROCESS_ATTRIBUTES.podUid]),
       podName: firstString(resource, [PROCESS_ATTRIBUTES.podName]),
       namespace: firstString(resource, [PROCESS_ATTRIBUTES.namespace]),

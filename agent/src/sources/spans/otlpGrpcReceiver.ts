@@ -7,6 +7,12 @@
 // ExportTraceServiceResponse, with partial_success when some spans were
 // refused; refusals map to the status codes the OTLP specification gives
 // (UNAVAILABLE is the one exporters retry). Any other method is UNIMPLEMENTED.
+//
+// The agent accepts the TCP connections itself and hands them to grpc-js
+// (its connection injector): the intake must see each connection, to learn
+// which process is at its other end, and grpc-js shows a call only its
+// peer's address text.
+import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { formatHostPort, parseHostPort } from "../../hostPort.ts";
 import type { SpanRejectReason } from "../../sinks/metrics.ts";
@@ -135,31 +141,50 @@ export async function startOtlpGrpcReceiver(opts: OtlpGrpcReceiverOptions): Prom
   });
   server.addService(traceService, {
     Export: (call: grpc.ServerUnaryCall<Buffer, Uint8Array>, callback: grpc.sendUnaryData<Uint8Array>) => {
-      const verdict = intake.take({
-        mediaType: "application/x-protobuf",
-        decoded: call.request,
-        // Forwarded as OTLP/HTTP protobuf: the message is that body, inflated.
-        forward: { body: call.request, contentType: "application/x-protobuf", contentEncoding: null },
-        peer: peerAddress(call.getPeer()),
-      });
-      if (!verdict.ok) {
-        callback({ code: STATUS[verdict.reason], details: verdict.detail });
-        return;
-      }
-      callback(null, encodeProtobufTraceResponse(verdict.partial));
+      const peer = call.getPeer();
+      intake
+        .take({
+          mediaType: "application/x-protobuf",
+          decoded: call.request,
+          // Forwarded as OTLP/HTTP protobuf: the message is that body, inflated.
+          forward: { body: call.request, contentType: "application/x-protobuf", contentEncoding: null },
+          peer: peerAddress(peer),
+          peerPort: peerPort(peer),
+        })
+        .then(
+          (verdict) => {
+            if (!verdict.ok) callback({ code: STATUS[verdict.reason], details: verdict.detail });
+            else callback(null, encodeProtobufTraceResponse(verdict.partial));
+          },
+          (err: unknown) => {
+            // Only a bug of ours gets here; answer and keep serving.
+            callback({ code: grpc.status.INTERNAL, details: "internal error" });
+            process.emitWarning(`otlp grpc receiver: ${err instanceof Error ? err.message : String(err)}`);
+          },
+        );
     },
   });
 
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const listener = net.createServer((socket) => {
+    intake.track(socket);
+    injector.injectConnection(socket);
+  });
   const boundPort = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(formatHostPort(host, port), grpc.ServerCredentials.createInsecure(), (err, bound) => {
-      if (err) reject(new Error(`otlpGrpcListen: cannot listen on ${formatHostPort(host, port)}: ${err.message}`));
-      else resolve(bound);
+    const failed = (err: Error): void => reject(new Error(`otlpGrpcListen: cannot listen on ${formatHostPort(host, port)}: ${err.message}`));
+    listener.once("error", failed);
+    listener.listen(port, host, () => {
+      listener.off("error", failed);
+      resolve((listener.address() as net.AddressInfo).port);
     });
   });
+  // An accept that failed (out of file descriptors) is the client's loss, not the agent's end.
+  listener.on("error", (err) => process.emitWarning(`otlp grpc receiver: ${err.message}`));
 
   return {
     address: { host, port: boundPort },
     async close() {
+      listener.close();
       await new Promise<void>((resolve) => {
         // Calls in progress get a moment to finish, then the connections are cut.
         const force = setTimeout(() => server.forceShutdown(), 2_000);
@@ -168,8 +193,15 @@ export async function startOtlpGrpcReceiver(opts: OtlpGrpcReceiverOptions): Prom
           resolve();
         });
       });
+      injector.destroy();
     },
   };
+}
+
+/** The port of grpc-js's peer text; null when it has none. */
+export function peerPort(peer: string): number | null {
+  const port = /:(\d+)$/.exec(peer)?.[1];
+  return port === undefined ? null : Number(port);
 }
 
 /** The address of grpc-js's peer text, "ADDR:PORT" with an IPv6 ADDR unbracketed; null when it has none. */

@@ -6,7 +6,7 @@
 // lostwrite_spans_rejected_total; nothing a client sends can throw out of here.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import http from "../../nodeHttp.ts";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { readBoundedBody } from "./boundedBody.ts";
 import { encodeProtobufTraceResponse, type PartialSuccess } from "./otlpProtobuf.ts";
 import { isMediaType, type MediaType, type SpanIntake } from "./spanIntake.ts";
@@ -122,7 +122,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
         reject(res, body.reason, body.detail);
         return;
       }
-      const verdict = intake.take({
+      const verdict = await intake.take({
         mediaType,
         decoded: body.decoded,
         forward: {
@@ -131,6 +131,7 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
           contentEncoding: req.headers["content-encoding"] ?? null,
         },
         peer: req.socket.remoteAddress ?? null,
+        peerPort: req.socket.remotePort ?? null,
       });
       if (!verdict.ok) {
         reject(res, verdict.reason, verdict.detail, true);
@@ -150,6 +151,8 @@ export async function startOtlpReceiver(opts: OtlpReceiverOptions): Promise<Otlp
       process.emitWarning(`otlp receiver: ${describe(err)}`);
     });
   });
+  // Each connection's sender is looked up once, when it first sends.
+  server.on("connection", (socket: Socket) => intake.track(socket));
   // Slow or silent clients must not hold a request slot for ever.
   server.requestTimeout = 30_000;
   server.headersTimeout = 10_000;

@@ -16,8 +16,11 @@
 //                                      listed once: it may be a pod not
 //                                      known yet)
 //
-// Outside Kubernetes mode there is no pod list: resource attributes are taken
-// as sent, and the listen address (loopback by default) decides who can send.
+// On loopback and the node's addresses the address names no process, and
+// outside Kubernetes mode there is no pod list at all: there the connection
+// itself decides (judgeClaims below). The process holding the client end of
+// the request's connection (socketOwner.ts) is the sender; a resource's
+// process.pid and pod may only agree with it.
 import { canonicalAddress, isLoopbackAddress } from "../../ipAddress.ts";
 import type { SpanProcess } from "./indexedSpans.ts";
 
@@ -109,4 +112,97 @@ function disagreement(claimed: SpanProcess, pod: PodRef): string | null {
 
 function describeClaim(claimed: SpanProcess): string {
   return `k8s.namespace.name=${JSON.stringify(claimed.namespace)} k8s.pod.name=${JSON.stringify(claimed.podName)}`;
+}
+
+/** A process the agent follows, as the kernel and /proc know it. */
+export interface KnownProcess {
+  hostPid: number;
+  /** The pid it sees for itself (innermost NSpid): what its spans carry as process.pid. */
+  nsPid: number;
+  comm: string;
+  /** Its pod; null outside one, or outside Kubernetes mode. */
+  namespace: string | null;
+  pod: string | null;
+}
+
+/**
+ * Who holds the client end of a request's connection, as far as the agent
+ * could tell: a target process (its spans are proven to be its own), a
+ * sender the configuration names as a forwarder (its resources are taken as
+ * sent), or anything else: a process that is no target (`processes`, its own
+ * pids) or none found (`processes` empty).
+ */
+export type ConnectionSender =
+  | { kind: "target"; process: KnownProcess }
+  | { kind: "forwarder"; name: string }
+  | { kind: "other"; processes: { hostPid: number; nsPid: number | null; comm: string }[]; name: string };
+
+export type ClaimVerdict =
+  | { ok: true; process: SpanProcess; proven: boolean }
+  | { ok: false; reason: "sender_mismatch"; detail: string; claimed: string; actual: string };
+
+export interface ClaimContext {
+  /** Kubernetes mode: a target's pod is known, so a target outside pods is on the node. */
+  podsKnown: boolean;
+  /** The target a resource names by its process.pid (and pod, when it names one); null when it names none. */
+  namedTarget: (claimed: SpanProcess) => KnownProcess | null;
+}
+
+/**
+ * A resource's claims against the connection's sender (docs/spans.md, "Who
+ * may send spans"). From a target, process.pid must be its own pid and a pod
+ * named must be its pod, and the spans are that process's whatever the
+ * resource says (no process.pid: still its). From a forwarder, the resource
+ * is taken as sent. From anything else, a resource that names a target is
+ * refused; any other is taken but proves nothing (`proven` false): its spans
+ * are passed on but not correlated.
+ */
+export function judgeClaims(claimed: SpanProcess, sender: ConnectionSender, context: ClaimContext): ClaimVerdict {
+  if (sender.kind === "forwarder") return { ok: true, process: { ...claimed, sender: "claimed" }, proven: true };
+  if (sender.kind === "target") {
+    const actual = sender.process;
+    const mismatch = claimDisagreement(claimed, actual, context.podsKnown);
+    if (mismatch !== null) {
+      const named = context.namedTarget(claimed);
+      return refuse(named === null ? mismatch : `${mismatch} (target ${describeProcess(named)})`, describeProcess(actual));
+    }
+    return {
+      ok: true,
+      proven: true,
+      process: {
+        ...claimed,
+        sender: "process",
+        hostPid: actual.hostPid,
+        pid: actual.nsPid,
+        namespace: actual.namespace,
+        podName: actual.pod,
+        podUid: actual.pod === null ? null : claimed.podUid,
+      },
+    };
+  }
+  // Its own pid in its own namespace is no claim on anyone else.
+  if (claimed.pid !== null && sender.processes.some((p) => p.nsPid === claimed.pid)) return { ok: true, process: claimed, proven: false };
+  const named = context.namedTarget(claimed);
+  if (named !== null) return refuse(`resource process.pid=${claimed.pid} (target ${describeProcess(named)})`, sender.name);
+  return { ok: true, process: claimed, proven: false };
+}
+
+function refuse(claim: string, actual: string): ClaimVerdict {
+  return { ok: false, reason: "sender_mismatch", detail: `${claim}, but the connection is ${actual}'s`, claimed: claim, actual };
+}
+
+/** The first claim of the resource that is not true of `actual`; null when none is. */
+function claimDisagreement(claimed: SpanProcess, actual: KnownProcess, podsKnown: boolean): string | null {
+  if (claimed.pid !== null && claimed.pid !== actual.nsPid) return `resource process.pid=${claimed.pid}`;
+  // Outside Kubernetes mode no pod is known: a pod named can be checked against nothing, and is dropped.
+  if (!podsKnown) return null;
+  if (claimed.podName !== null && claimed.podName !== actual.pod) return `resource k8s.pod.name=${JSON.stringify(claimed.podName)}`;
+  if (claimed.namespace !== null && claimed.namespace !== actual.namespace) return `resource k8s.namespace.name=${JSON.stringify(claimed.namespace)}`;
+  return null;
+}
+
+/** "python3[4242]", with its pod when it has one: how the log names a process. */
+export function describeProcess(p: { hostPid: number; comm: string; namespace?: string | null; pod?: string | null }): string {
+  const pod = p.pod ? ` (pod ${p.namespace ?? ""}/${p.pod})` : "";
+  return `${p.comm}[${p.hostPid}]${pod}`;
 }

@@ -22,6 +22,8 @@ export interface SpanIndexOptions {
 export interface ProcessQuery {
   /** The pid the process sees for itself (innermost NSpid); equals the host pid outside containers. */
   nsPid: number | null;
+  /** Its host pid, when known: spans whose connection proved their sender are matched on it. */
+  hostPid?: number | null;
   /** Pod namespace and name; "" or null when unknown or not in Kubernetes. */
   namespace: string | null;
   pod: string | null;
@@ -174,7 +176,7 @@ function podKey(namespace: string | null, pod: string | null): string {
 }
 
 function senderKey(p: IndexedSpan["process"]): string {
-  return `${p.sender}|${p.pid ?? ""}|${podKey(p.namespace, p.podName)}`;
+  return `${p.sender}|${p.hostPid ?? ""}|${p.pid ?? ""}|${podKey(p.namespace, p.podName)}`;
 }
 
 function known(value: string | null): value is string {
@@ -193,6 +195,8 @@ export function spanOfProcess(span: IndexedSpan, proc: ProcessQuery): boolean {
 
 /** Whether a span's sender (its resource's process and pod) is `proc`; the rule of spanOfProcess. */
 export function sentBy(p: IndexedSpan["process"], proc: ProcessQuery): boolean {
+  // Proven by its connection: exactly that process, whatever pod or pid namespace.
+  if (p.sender === "process") return p.hostPid !== null && p.hostPid === proc.hostPid;
   if (p.sender === "pod") {
     if (p.podName !== proc.pod || p.namespace !== proc.namespace) return false;
     // A span without process.pid is any process of its pod's.

@@ -1,16 +1,32 @@
 // What the OTLP transports (HTTP and gRPC) do with a request body once they
 // have read it within their limits, written once so that both judge, count
 // and forward alike: decode, attribute each resource's spans to their sender
-// (senderTrust.ts), hand the accepted ones to correlation, record and
-// forward the body. The transports only translate the verdict into their
-// status codes. Nothing a client sends can throw out of here.
+// (senderTrust.ts: by the pod's address in Kubernetes mode, and by the
+// process holding the connection, senderIdentity.ts), hand the spans of
+// proven senders to correlation, record and forward the body. The transports
+// only translate the verdict into their status codes. Nothing a client sends
+// can throw out of here.
+import type { Socket } from "node:net";
+import { isRejectedStatusWrite } from "../../correlate/spanVerdict.ts";
+import type { Logger } from "../../sinks/log.ts";
 import type { AgentMetrics, SpanRejectReason } from "../../sinks/metrics.ts";
 import { type IndexedSpan, type SpanProcess, toIndexedSpans } from "./indexedSpans.ts";
 import { createOtlpForwarder, type OtlpForwarder } from "./otlpForwarder.ts";
 import { decodeJsonTraceRequest } from "./otlpJson.ts";
 import { decodeProtobufTraceRequest, type PartialSuccess } from "./otlpProtobuf.ts";
 import type { WireRequest } from "./otlpWire.ts";
-import { attributeSender, identifySender, type SenderDirectory, type SenderRejectReason, type SenderVerdict } from "./senderTrust.ts";
+import type { RecordedSender } from "../record/format.ts";
+import type { SenderIdentity } from "./senderIdentity.ts";
+import {
+  attributeSender,
+  type ClaimVerdict,
+  type ConnectionSender,
+  identifySender,
+  judgeClaims,
+  type SenderDirectory,
+  type SenderRejectReason,
+  type SenderVerdict,
+} from "./senderTrust.ts";
 
 export const MEDIA_TYPES = {
   "application/x-protobuf": decodeProtobufTraceRequest,
@@ -28,14 +44,47 @@ export function decodeTraceBody(mediaType: string, body: Uint8Array, peerAddress
   return toIndexedSpans(MEDIA_TYPES[mediaType](body), peerAddress);
 }
 
+/**
+ * A recorded body's spans as the live intake judged them (replay): a target's
+ * resources held to that process, a forwarder's as claimed, anything else's
+ * not correlated at all. A recording without a sender (made before
+ * connections were judged) is taken as its resources claim.
+ */
+export function judgeRecordedSpans(spans: IndexedSpan[], sender: RecordedSender | undefined, podsKnown: boolean): IndexedSpan[] {
+  if (sender === undefined || sender.kind === "forwarder") return spans;
+  if (sender.kind === "other") return [];
+  const known: ConnectionSender = {
+    kind: "target",
+    process: { hostPid: sender.pid, nsPid: sender.nsPid, comm: sender.comm, namespace: sender.namespace, pod: sender.pod },
+  };
+  const verdicts = new Map<SpanProcess, ClaimVerdict>();
+  const out: IndexedSpan[] = [];
+  for (const span of spans) {
+    let verdict = verdicts.get(span.process);
+    if (verdict === undefined) {
+      verdict = judgeClaims(span.process, known, { podsKnown, namedTarget: () => null });
+      verdicts.set(span.process, verdict);
+    }
+    if (verdict.ok) out.push({ ...span, process: verdict.process });
+  }
+  return out;
+}
+
 export interface SpanIntakeOptions {
   metrics: AgentMetrics;
   /** Takes the accepted spans of one request; false means the intake queue is full. */
   onSpans: (spans: IndexedSpan[], peer: { address: string }) => boolean;
   /** This node's pods by address (Kubernetes mode); null outside it, where resources are taken as sent. */
   senders?: () => SenderDirectory | null;
-  /** Every accepted body, decoded, for `--record` (replay decodes it with decodeTraceBody). */
-  onAccepted?: (batch: { body: Uint8Array; contentType: string; peer: string }) => void;
+  /**
+   * Who holds each connection's client end (the live agent); without it a
+   * resource's process is taken as claimed (or by address in Kubernetes mode).
+   */
+  identity?: Pick<SenderIdentity, "track" | "senderOf" | "namedTarget" | "podsKnown">;
+  /** Where a refused claim is logged (rate-limited). */
+  log?: Pick<Logger, "warnRateLimited">;
+  /** Every accepted body, decoded, for `--record` (replay decodes it with decodeTraceBody and judges it by `sender`). */
+  onAccepted?: (batch: { body: Uint8Array; contentType: string; peer: string; sender: ConnectionSender | null }) => void;
   /** Upstream OTLP/HTTP traces URL every accepted request is passed on to, byte for byte. */
   forwardUrl?: string;
 }
@@ -46,8 +95,9 @@ export interface IntakeBody {
   decoded: Uint8Array;
   /** What is forwarded: the body as sent, with its headers. */
   forward: { body: Buffer; contentType: string; contentEncoding: string | null };
-  /** The remote address of the request's connection. */
+  /** The remote address and port of the request's connection. */
   peer: string | null;
+  peerPort: number | null;
 }
 
 export type IntakeVerdict =
@@ -77,6 +127,11 @@ export class SpanIntake {
     return { reason: sender.reason, detail: sender.detail };
   }
 
+  /** A transport accepted a connection: its sender is looked up when it first sends. */
+  track(socket: Socket): void {
+    this.#opts.identity?.track(socket);
+  }
+
   /** Counts a request the transport refused before (or instead of) taking it. */
   reject(reason: SpanRejectReason): void {
     this.#opts.metrics.spansRejected.inc({ reason });
@@ -88,14 +143,14 @@ export class SpanIntake {
    * only some resources name another pod than their sender, the rest is
    * taken and the answer is a partial success. Every refusal is counted once.
    */
-  take(body: IntakeBody): IntakeVerdict {
-    const verdict = this.#judge(body);
+  async take(body: IntakeBody): Promise<IntakeVerdict> {
+    const verdict = await this.#judge(body);
     if (!verdict.ok) this.reject(verdict.reason);
     else if (verdict.partial !== null) this.reject(verdict.partial.reason);
     return verdict;
   }
 
-  #judge(body: IntakeBody): IntakeVerdict {
+  async #judge(body: IntakeBody): Promise<IntakeVerdict> {
     let claimed: IndexedSpan[];
     try {
       claimed = toIndexedSpans(MEDIA_TYPES[body.mediaType](body.decoded), body.peer);
@@ -103,37 +158,69 @@ export class SpanIntake {
       return { ok: false, reason: "malformed", detail: `malformed OTLP ${body.mediaType}: ${describe(err)}` };
     }
     const directory = this.#opts.senders?.() ?? null;
+    const identity = this.#opts.identity ?? null;
+    const sender = identity === null ? null : await identity.senderOf(body.peer, body.peerPort);
     // One verdict per resource: its spans share one process object.
-    const verdicts = new Map<SpanProcess, SenderVerdict>();
-    const accepted: IndexedSpan[] = [];
+    const verdicts = new Map<SpanProcess, SenderVerdict & { proven?: boolean }>();
+    const proven: IndexedSpan[] = [];
+    let accepted = 0;
     let rejected = 0;
+    let untrustedLosses = 0;
     let firstRefusal: Extract<SenderVerdict, { ok: false }> | null = null;
     for (const span of claimed) {
       let verdict = verdicts.get(span.process);
       if (verdict === undefined) {
-        verdict = attributeSender(span.process, directory);
+        verdict = this.#attribute(span.process, directory, sender);
         verdicts.set(span.process, verdict);
       }
-      if (verdict.ok) {
-        accepted.push(verdict.process === span.process ? span : { ...span, process: verdict.process });
-      } else {
+      if (!verdict.ok) {
         rejected++;
         firstRefusal ??= verdict;
+        continue;
       }
+      accepted++;
+      if (verdict.proven === false) {
+        // Passed on, but it proves nothing about a target: never correlated, never a loss.
+        if (isRejectedStatusWrite(span)) untrustedLosses++;
+        continue;
+      }
+      proven.push(verdict.process === span.process ? span : { ...span, process: verdict.process });
     }
-    if (firstRefusal !== null && accepted.length === 0) return { ok: false, reason: firstRefusal.reason, detail: firstRefusal.detail };
+    if (firstRefusal !== null && accepted === 0) return { ok: false, reason: firstRefusal.reason, detail: firstRefusal.detail };
     const peer = body.peer ?? "";
-    if (accepted.length > 0 && !this.#opts.onSpans(accepted, { address: peer })) {
+    if (proven.length > 0 && !this.#opts.onSpans(proven, { address: peer })) {
       return { ok: false, reason: "queue_full", detail: "span intake queue full" };
     }
-    this.#opts.metrics.spansReceived.inc(accepted.length);
-    this.#opts.onAccepted?.({ body: body.decoded, contentType: body.mediaType, peer });
+    this.#opts.metrics.spansReceived.inc(accepted);
+    if (untrustedLosses > 0) this.#opts.metrics.spanLossesUntrusted.inc(untrustedLosses);
+    this.#opts.onAccepted?.({ body: body.decoded, contentType: body.mediaType, peer, sender });
     this.#forwarder?.enqueue(body.forward);
     const partial =
       firstRefusal === null
         ? null
         : { reason: firstRefusal.reason, rejectedSpans: rejected, errorMessage: `${rejected} span(s) refused: ${firstRefusal.detail}` };
-    return { ok: true, accepted: accepted.length, partial };
+    return { ok: true, accepted, partial };
+  }
+
+  /**
+   * One resource's process: a forwarder's as claimed; else by address in
+   * Kubernetes mode, then held to the connection's process when it is known.
+   */
+  #attribute(claimed: SpanProcess, directory: SenderDirectory | null, sender: ConnectionSender | null): SenderVerdict & { proven?: boolean } {
+    const identity = this.#opts.identity;
+    if (sender === null || identity === undefined) return attributeSender(claimed, directory);
+    if (sender.kind === "forwarder") return judgeClaims(claimed, sender, { podsKnown: identity.podsKnown, namedTarget: () => null });
+    const byAddress = attributeSender(claimed, directory);
+    if (!byAddress.ok) return byAddress;
+    const verdict: ClaimVerdict = judgeClaims(byAddress.process, sender, { podsKnown: identity.podsKnown, namedTarget: (c) => identity.namedTarget(c) });
+    if (!verdict.ok) {
+      this.#opts.log?.warnRateLimited("span-sender-mismatch", "spans refused: their resource claims another process than the one that sent them", {
+        claimed: verdict.claimed,
+        actual: verdict.actual,
+        peer: claimed.peerAddress,
+      });
+    }
+    return verdict;
   }
 
   /** Sends what the forwarder holds (bounded by its timeout), then stops. */

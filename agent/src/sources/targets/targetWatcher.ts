@@ -71,6 +71,11 @@ export class TargetWatcher {
     return this.current.get(pid) ?? this.recent.get(pid);
   }
 
+  /** The target with this pid now; removed ones are not. */
+  target(pid: number): WatchedTarget | undefined {
+    return this.current.get(pid);
+  }
+
   async scan(): Promise<void> {
     // One scan at a time: a slow /proc never stacks scans up.
     this.scanning ??= this.scanOnce().finally(() => (this.scanning = null));

@@ -17,6 +17,10 @@ per command on stdout:
   close                         close the connection (idle, from this side)
   wait_eof                      wait until the server closes or resets the
                                 connection, read once, then close
+  span HOST PORT                send one OTLP/JSON span of this process (its
+                                own pid as process.pid, as an SDK's resource
+                                says) to an agent's OTLP/HTTP intake, from
+                                this process: only its own spans count as its
   exit
 
 Each answer carries what the kernel and TLS did from the client's side:
@@ -27,6 +31,7 @@ work out the bytes on the wire.
 import fcntl
 import http.client
 import json
+import os
 import select
 import socket
 import struct
@@ -102,6 +107,22 @@ def request(conn, method, path, body_len, withhold=False):
                elapsed_ms=(time.monotonic() - started) * 1000, **error_fields(e))
 
 
+def send_span(host, port):
+    now = time.time_ns()
+    body = {"resourceSpans": [{
+        "resource": {"attributes": [{"key": "process.pid", "value": {"intValue": str(os.getpid())}},
+                                    {"key": "service.name", "value": {"stringValue": "traced"}}]},
+        "scopeSpans": [{"spans": [{"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331",
+                                   "name": "housekeeping", "kind": 1,
+                                   "startTimeUnixNano": str(now - 1_000_000), "endTimeUnixNano": str(now)}]}],
+    }]}
+    otlp = http.client.HTTPConnection(host, port, timeout=10)
+    otlp.request("POST", "/v1/traces", json.dumps(body).encode(), {"content-type": "application/json"})
+    response = otlp.getresponse()
+    report("span", status=response.status, text=response.read().decode("utf-8", "replace"))
+    otlp.close()
+
+
 def main():
     host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     context = ssl.create_default_context()
@@ -144,6 +165,8 @@ def main():
                 fields.update(error_fields(e))
             conn.close()
             report("wait_eof", **fields)
+        elif command == "span":
+            send_span(words[1], int(words[2]))
         elif command == "exit":
             break
         else:

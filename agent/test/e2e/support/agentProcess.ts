@@ -143,21 +143,3 @@ export function followLog(child: ChildProcess): LogLine[] {
   });
   return lines;
 }
-
-/**
- * Sends the agent one span from process `pid` (its own pid in the resource,
- * as an SDK reports it), over OTLP/HTTP JSON: what makes the agent count that
- * process as one that sends spans. Returns the HTTP status and body.
- */
-export async function sendSpanOfProcess(agent: AgentProcess, pid: number): Promise<{ status: number; text: string }> {
-  const now = BigInt(Date.now()) * 1_000_000n;
-  const body = {
-    resourceSpans: [{
-      resource: { attributes: [{ key: "process.pid", value: { intValue: String(pid) } }, { key: "service.name", value: { stringValue: "traced" } }] },
-      scopeSpans: [{ spans: [{ traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", name: "housekeeping", kind: 1,
-        startTimeUnixNano: String(now - 1_000_000n), endTimeUnixNano: String(now) }] }],
-    }],
-  };
-  const res = await fetch(`http://127.0.0.1:${agent.otlpPort}/v1/traces`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  return { status: res.status, text: await res.text() };
-}

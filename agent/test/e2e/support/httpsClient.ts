@@ -19,6 +19,8 @@ export interface Step {
   cipher?: string;
   unread?: number;
   status?: number | null;
+  /** The answer's body (`span`). */
+  text?: string;
   sent?: number;
   records?: number;
   elapsed_ms?: number;

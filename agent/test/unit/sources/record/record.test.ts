@@ -19,7 +19,7 @@ const SPANS_BODY = Buffer.from("0a00ff102273746174757320e29c93", "hex"); // bina
 const SESSION_HEADER = {
   kind: "header",
   t: 8150000000000n,
-  version: 2,
+  version: 3,
   node: "n1",
   clockOffsetNs: 1796215694123456789n,
   recordedAt: "2026-12-02T15:04:05.123456Z",
@@ -32,7 +32,14 @@ const SESSION_RECORDS: DataRecord[] = [
     t: 8150023468900n,
     line: '{"type": "printf", "data": "send 8150023468125 3331 3331 44 -104 6443 127.0.0.1 18446612685456223808 python3\\n"}',
   },
-  { kind: "spans", t: 8150500000000n, peer: "127.0.0.1:40312", contentType: "application/x-protobuf", body: SPANS_BODY },
+  {
+    kind: "spans",
+    t: 8150500000000n,
+    peer: "127.0.0.1:40312",
+    contentType: "application/x-protobuf",
+    body: SPANS_BODY,
+    sender: { kind: "target", pid: 3331, nsPid: 3331, comm: "python3", namespace: null, pod: null },
+  },
   { kind: "clock", t: 8151000000000n, clockOffsetNs: 1796215694123457001n },
   {
     kind: "probe",
@@ -67,7 +74,7 @@ void describe("record writer", () => {
     const writer = await openRecordWriter(path, { header: { t, node, clockOffsetNs, recordedAt, agent }, metrics: new AgentMetrics() });
     for (const r of SESSION_RECORDS) {
       if (r.kind === "probe") writer.probeLine(r.line, r.t);
-      else if (r.kind === "spans") writer.spans(r.peer, r.contentType, new Uint8Array(r.body), r.t);
+      else if (r.kind === "spans") writer.spans(r.peer, r.contentType, new Uint8Array(r.body), r.t, r.sender);
       else if (r.kind === "clock") writer.clock(r.clockOffsetNs, r.t);
       else if (r.kind === "goAttached") writer.goAttached(r.pid, r.attached, r.since, r.t);
       else if (r.kind === "tlsAttached") writer.tlsAttached(r.pid, r.attached, r.since, r.t);
@@ -127,12 +134,19 @@ void describe("record reader", () => {
   void it("reads a version 1 file with SK 0 in its send and close lines, and every other line as it is", async () => {
     const path = join(dir, "v1.jsonl");
     const lines = (await readFile(join(fixtures, "session.jsonl"), "utf8"))
-      .replace('"version":2,', '"version":1,')
+      .replace('"version":3,', '"version":1,')
+      .replace(/,"sender":\{[^}]*\}/, "")
       .replaceAll(" 18446612685456223808 python3", " python3");
     await writeFile(path, lines);
     const reader = await openRecordReader(path);
     assert.equal(reader.header.version, 1);
-    const expected = SESSION_RECORDS.map((r) => (r.kind === "probe" ? { ...r, line: r.line.replace(" 18446612685456223808 python3", " 0 python3") } : r));
+    const expected = SESSION_RECORDS.map((r) => {
+      if (r.kind === "probe") return { ...r, line: r.line.replace(" 18446612685456223808 python3", " 0 python3") };
+      if (r.kind !== "spans") return r;
+      const before: DataRecord = { ...r };
+      delete before.sender; // version 3 added it
+      return before;
+    });
     assert.deepEqual(await collect(reader.records()), expected);
   });
 
@@ -166,9 +180,9 @@ void describe("record reader", () => {
     const future = join(dir, "future.jsonl");
     await writeFile(
       future,
-      '{"t":"1","kind":"header","version":3,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
+      '{"t":"1","kind":"header","version":4,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
     );
-    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1 or 2, got 3/);
+    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1 or 2 or 3, got 4/);
 
     const empty = join(dir, "empty.jsonl");
     await writeFile(empty, "");

@@ -107,6 +107,7 @@ void describe("OTLP receiver", () => {
     assert.deepEqual(p?.process, {
       sender: "claimed",
       pid: 1,
+      hostPid: null,
       podUid: null,
       podName: "widget-operator-7d9",
       namespace: "ops",

@@ -14,7 +14,7 @@ const directory: SenderDirectory = {
 };
 
 function claimed(peerAddress: string | null, resource: Partial<SpanProcess> = {}): SpanProcess {
-  return { sender: "claimed", pid: 1, podUid: null, podName: null, namespace: null, containerId: null, serviceName: "op", peerAddress, ...resource };
+  return { sender: "claimed", pid: 1, hostPid: null, podUid: null, podName: null, namespace: null, containerId: null, serviceName: "op", peerAddress, ...resource };
 }
 
 void describe("sender trust", { timeout: 10_000 }, () => {
