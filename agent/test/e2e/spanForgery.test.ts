@@ -13,7 +13,7 @@
 // victim's loss is joined with its own span and stays silent; no loss is
 // invented; the victim's own 409 still is one.
 import assert from "node:assert/strict";
-import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
+import { SpanStatusCode } from "@opentelemetry/api";
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, symlink } from "node:fs/promises";
 import os from "node:os";
@@ -21,7 +21,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { jsonBody, protobufBody, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
+import { jsonBody, protobufBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
@@ -90,21 +90,7 @@ describe("span forgery on the node: a sender is who its connection says it is", 
   /** A reconcile of `name` with its status PATCH answered `code`: a loss seen only in spans. */
   const rejectedWrite = (traceId: string, pid: number, name: string, code = 409): SpanDef[] => {
     const parent = reconcile(traceId, pid, { endMs: now + 200, attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name } });
-    return [
-      {
-        traceId,
-        spanId: `${traceId.slice(16, 30)}aa`,
-        parentSpanId: parent.spanId,
-        name: "PATCH",
-        kind: SpanKind.CLIENT,
-        startMs: now,
-        endMs: now + 100,
-        status: SpanStatusCode.ERROR,
-        attributes: { "http.request.method": "PATCH", "url.path": statusPath(name), "http.response.status_code": code, "server.address": "127.0.0.1", "server.port": 6443 },
-        resource: parent.resource,
-      },
-      parent,
-    ];
+    return refusedStatusPatch(parent, statusPath(name), code, now, { "server.address": "127.0.0.1", "server.port": 6443 });
   };
 
   before(async () => {

@@ -22,10 +22,10 @@ import os from "node:os";
 import path from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
+import { SpanStatusCode } from "@opentelemetry/api";
 import { createInterface } from "node:readline";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
-import { jsonBody, protobufBody, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
+import { jsonBody, protobufBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
@@ -189,21 +189,7 @@ if (!IN_NETNS) {
       /** A reconcile of `name` whose status PATCH was answered 409: a loss seen only in spans. */
       const conflict = (traceId: string, name: string, resource: SpanDef["resource"]): SpanDef[] => {
         const parent = span(traceId, { endMs: now + 200, attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name }, resource });
-        return [
-          {
-            traceId,
-            spanId: `${traceId.slice(16, 30)}aa`,
-            parentSpanId: parent.spanId,
-            name: "PATCH",
-            kind: SpanKind.CLIENT,
-            startMs: now,
-            endMs: now + 100,
-            status: SpanStatusCode.ERROR,
-            attributes: { "http.request.method": "PATCH", "url.path": `/apis/example.com/v1/namespaces/widgets/widgets/${name}/status`, "http.response.status_code": 409 },
-            resource,
-          },
-          parent,
-        ];
+        return refusedStatusPatch(parent, `/apis/example.com/v1/namespaces/widgets/widgets/${name}/status`, 409, now);
       };
       const own = span("a1".repeat(16), { resource: managerResource });
       const spoofed = span("b2".repeat(16), {

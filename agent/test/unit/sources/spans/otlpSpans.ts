@@ -20,6 +20,29 @@ export interface SpanDef {
   resource?: Attributes;
 }
 
+/**
+ * A reconcile's failed status PATCH, answered `code`, under its span
+ * `parent` (from `startMs`, for 100 ms): with the parent, what an operator
+ * whose write was refused exports, a loss seen only in spans.
+ */
+export function refusedStatusPatch(parent: SpanDef, path: string, code: number, startMs: number, attributes: Attributes = {}): SpanDef[] {
+  return [
+    {
+      traceId: parent.traceId,
+      spanId: `${parent.traceId.slice(16, 30)}aa`,
+      parentSpanId: parent.spanId,
+      name: "PATCH",
+      kind: SpanKind.CLIENT,
+      startMs,
+      endMs: startMs + 100,
+      status: SpanStatusCode.ERROR,
+      attributes: { "http.request.method": "PATCH", "url.path": path, "http.response.status_code": code, ...attributes },
+      resource: parent.resource,
+    },
+    parent,
+  ];
+}
+
 function hrTime(ms: number): [number, number] {
   const ns = BigInt(Math.round(ms * 1e6));
   return [Number(ns / 1_000_000_000n), Number(ns % 1_000_000_000n)];
