@@ -10,8 +10,9 @@
 // Which processes it reports on is a map in the kernel (followedPids.ts),
 // changed by follow messages (followChannel.ts): a target coming or going
 // never restarts it. A program whose file no target has used for idleMs is
-// stopped and its descriptor closed; a program that crashes is restarted by
-// its supervisor with the targets of the moment.
+// stopped and its descriptor closed, and at most maxIdle programs wait idle
+// (each is a bpftrace process of about 120 MiB); a program that crashes is
+// restarted by its supervisor with the targets of the moment.
 import { existsSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
@@ -71,6 +72,8 @@ export interface UprobeProgramsOptions extends Omit<UprobeContext, "nowNs"> {
   nowNs: () => bigint;
   /** How long a program is kept once no target uses its file (default 10 minutes). */
   idleMs?: number;
+  /** Programs kept while no target uses their file, at most (default 4): the longest idle go first. */
+  maxIdle?: number;
 }
 
 interface ProbedFile {
@@ -89,9 +92,10 @@ interface ProbedFile {
 }
 
 const DEFAULT_IDLE_MS = 10 * 60_000;
+const DEFAULT_MAX_IDLE = 4;
 
 export class UprobePrograms {
-  readonly #o: UprobeProgramsOptions & { idleMs: number };
+  readonly #o: UprobeProgramsOptions & { idleMs: number; maxIdle: number };
   /** A file's key (dev:inode) → its program. */
   readonly #files = new Map<string, ProbedFile>();
   readonly #fileOf = new Map<number, string>();
@@ -101,7 +105,7 @@ export class UprobePrograms {
   #stopped = false;
 
   constructor(opts: UprobeProgramsOptions) {
-    this.#o = { idleMs: DEFAULT_IDLE_MS, ...opts };
+    this.#o = { idleMs: DEFAULT_IDLE_MS, maxIdle: DEFAULT_MAX_IDLE, ...opts };
     this.#sweeper = setInterval(() => this.enqueue(() => this.#stopIdle()), Math.min(60_000, this.#o.idleMs));
     this.#sweeper.unref();
   }
@@ -157,6 +161,7 @@ export class UprobePrograms {
       await this.#send(FollowOp.unfollow, file.id, pid);
     }
     if (file.followed.delete(pid)) this.#attached(file, pid, false, this.#o.nowNs());
+    if (file.pids.size === 0) await this.#stopIdle();
   }
 
   /** A program follows `pid` since `atNs`, or no longer does from `atNs`: told to the source, and logged. */
@@ -283,11 +288,12 @@ export class UprobePrograms {
     this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
   }
 
-  /** Programs whose file no target has used for idleMs. */
+  /** Programs whose file no target has used for idleMs, and the longest idle past maxIdle. */
   async #stopIdle(): Promise<void> {
     const now = Date.now();
-    for (const [key, file] of this.#files) {
-      if (file.idleSince === null || now - file.idleSince < this.#o.idleMs) continue;
+    const idle = [...this.#files].filter(([, file]) => file.idleSince !== null).sort(([, a], [, b]) => a.idleSince! - b.idleSince!);
+    for (const [i, [key, file]] of idle.entries()) {
+      if (now - file.idleSince! < this.#o.idleMs && idle.length - i <= this.#o.maxIdle) continue;
       this.#files.delete(key);
       await this.#stopProgram(file);
     }
