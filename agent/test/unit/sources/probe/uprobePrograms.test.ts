@@ -50,10 +50,10 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
     }
   };
 
-  async function waitForRuns(count: number): Promise<void> {
+  async function waitForRun(line: string): Promise<void> {
     const deadline = Date.now() + 10_000;
-    while (runs().length < count) {
-      if (Date.now() > deadline) throw new Error(`waited for ${count} program runs, saw ${JSON.stringify(runs())}`);
+    while (!runs().includes(line)) {
+      if (Date.now() > deadline) throw new Error(`waited for "${line}", saw ${JSON.stringify(runs())}`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
@@ -86,7 +86,7 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       // Two live processes of file a, one after the other, coming and going: one program.
       const [live1, live2] = [process.pid, process.ppid];
       await programs.add(live1, "a", spec("a"));
-      await waitForRuns(1);
+      await waitForRun("start // a");
       await programs.add(live2, "a", spec("a"));
       await programs.remove(live1);
       await programs.remove(live2);
@@ -98,10 +98,10 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       // Three more files, each left idle in turn: a and b, idle longest, are stopped; c and d wait.
       for (const name of ["b", "c", "d"]) {
         await programs.add(live1, name, spec(name));
-        await waitForRuns(runs().length + 1);
+        await waitForRun(`start // ${name}`);
         await programs.remove(live1);
       }
-      await waitForRuns(6);
+      await waitForRun("stop // b");
       assert.deepEqual(runs().filter((r) => r.startsWith("stop")), ["stop // a", "stop // b"]);
       assert.deepEqual(await metrics.goProbeRestarts.get().then((m) => m.values.reduce((sum, v) => sum + v.value, 0)), 0);
     } finally {
