@@ -45,6 +45,8 @@ export interface SocketEvent {
   retransmits: number | null;
   /** The request itself, where a probe could read it (Go's HTTP/2 client); absent from the socket path. */
   request?: KernelRequest;
+  /** "uncertain": the wire cannot tell whether what arrived was its answer (a TLS 1.3 session ticket may look alike). */
+  verdict?: "uncertain";
 }
 
 /** A request as a uprobe read it from the client's memory. */
@@ -110,4 +112,11 @@ export interface LossEvent {
   unanswered_for_ms: number | null;
   retransmits: number | null;
   candidates?: CandidateSpan[];
+  /**
+   * Present ("uncertain") only when the kernel could not tell whether the
+   * request was answered: a fresh connection's first request answered by no
+   * more than what a TLS 1.3 server's session tickets look like, then reset,
+   * with no TLS program to read the answer (probes/apiserver_sockets.bt, AMBIGUOUS).
+   */
+  verdict?: "uncertain";
 }

@@ -550,6 +550,7 @@ export class Correlator {
       unanswered_bytes: event.unansweredBytes,
       unanswered_for_ms: event.unansweredForMs,
       retransmits: event.retransmits,
+      ...(event.verdict ? { verdict: event.verdict } : {}),
     };
     if (candidates.length === 0) {
       this.#rememberUncorrelated(entry);

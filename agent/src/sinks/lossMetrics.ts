@@ -1,7 +1,7 @@
 // Turns events into metric increments, with every label value kept inside its
 // closed set (metrics.ts), so series stay bounded whatever the kernel says.
 import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
-import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED } from "../vocabulary/causes.ts";
+import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, VERDICTS } from "../vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../vocabulary/syscalls.ts";
 import { closed, traceExemplar, type AgentMetrics } from "./metrics.ts";
 import { ERRNO_LABELS } from "./errnoLabels.ts";
@@ -67,6 +67,7 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
     cause: closed(LOSS_CAUSES, event.cause),
     errno: errnoLabel(event.errno),
     noticed: closed(NOTICED, event.noticed),
+    verdict: closed(VERDICTS, event.verdict ?? "certain"),
   };
   metrics.incWithExemplar(metrics.statusWriteLost, labels, traceExemplar(event.trace_id, event.span_id));
 }

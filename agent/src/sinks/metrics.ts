@@ -105,7 +105,7 @@ export class AgentMetrics {
   readonly statusWriteLost = new Counter({
     name: "lostwrite_status_write_lost_total",
     help: "Writes to the apiserver that did not arrive or were not answered.",
-    labelNames: [...workload, "controller", "request", "cause", "errno", "noticed"],
+    labelNames: [...workload, "controller", "request", "cause", "errno", "noticed", "verdict"],
     registers: [this.registry],
   });
   readonly statusWriteRetries = new Counter({

@@ -49,6 +49,8 @@ export const PROBE_FAMILIES = {
       sk: "u64",
       comm: "rest",
     },
+    // Printed right before a close line whose request only TLS session tickets may have answered (AMBIGUOUS in the probe).
+    ambiguous: { ts: "u64", pid: "int", sk: "u64", bytes: "int", waitedNs: "u64" },
     ack: { seq: "int" },
     tick: TICK,
   },
@@ -85,6 +87,9 @@ export const PROBE_FAMILIES = {
 } as const satisfies Record<string, Record<string, Record<string, FieldType>>>;
 
 export type ProbeFamily = keyof typeof PROBE_FAMILIES;
+
+/** Socket-family kinds only probes/apiserver_sockets.bt prints: they need its answer rule (tcp_sock's counters), which the syscalls variant has not. */
+export const SOCKETS_VARIANT_ONLY: readonly string[] = ["ambiguous"];
 
 /** Every line kind of every family, for the parser. */
 export const PROBE_LINES = { ...PROBE_FAMILIES.sockets, ...PROBE_FAMILIES.goHttp2, ...PROBE_FAMILIES.tls } as const satisfies Record<string, Record<string, FieldType>>;

@@ -111,6 +111,7 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
           unansweredBytes: record.unansweredBytes,
           unansweredForMs: Number(record.waitedNs / 1000n) / 1000,
           retransmits: record.retransmits,
+          ...("uncertain" in record && record.uncertain === true ? { verdict: "uncertain" as const } : {}),
         },
       };
     }

@@ -54,6 +54,9 @@ export interface TlsAnswersOptions {
 
 type SocketRecord = PrintfRecordOf<"send"> | PrintfRecordOf<"close">;
 
+/** A close whose request the wire took for answered only by what may be TLS session tickets, and no TLS verdict for it: a loss, uncertain. */
+export type UncertainClose = PrintfRecordOf<"close"> & { uncertain: true };
+
 /** The close line's CLOSED_BY: 1 the target, 2 the apiserver. */
 const CLOSED_BY_CLIENT = 1;
 const CLOSED_BY_SERVER = 2;
@@ -70,6 +73,8 @@ export class TlsAnswers {
   readonly #verdicts = new Map<bigint, TlsCloseRecord>();
   /** sk → when the TLS program saw it die with a request unanswered that the wire had taken for answered. */
   readonly #deadByTls = new Map<bigint, bigint>();
+  /** sk → the socket probe's `ambiguous` line, printed right before that socket's close line. */
+  readonly #ambiguous = new Map<bigint, PrintfRecordOf<"ambiguous">>();
   #latestNs = 0n;
   #onWaiting: () => void = () => {};
 
@@ -106,6 +111,11 @@ export class TlsAnswers {
 
   /** True when the record is taken: it comes back through `release`, in order. */
   offer(record: ProbeRecord): boolean {
+    if (record.type === "ambiguous") {
+      if (this.#ambiguous.size >= this.#o.capacity) this.#evictOldest(this.#ambiguous);
+      this.#ambiguous.set(record.sk, record);
+      return true;
+    }
     if (record.type !== "send" && record.type !== "close") return false;
     if (!this.#followed.has(record.pid) && this.#waiting.length === 0) {
       this.#release(record); // nothing to wait for, nothing to keep the order of
@@ -152,8 +162,16 @@ export class TlsAnswers {
     }
     // A socket address closing again is a new connection: whatever was remembered of the old one goes.
     this.#deadByTls.delete(record.sk);
+    const ambiguous = this.#ambiguous.get(record.sk);
+    this.#ambiguous.delete(record.sk);
     const verdict = this.#verdicts.get(record.sk);
     if (verdict === undefined || verdict.pid !== record.pid) {
+      if (ambiguous?.pid === record.pid && record.unansweredBytes < this.#o.unansweredMinBytes) {
+        // No TLS program read the answer: what the wire could not tell is reported, as uncertain.
+        const uncertain: UncertainClose = { ...record, unansweredBytes: ambiguous.bytes, waitedNs: ambiguous.waitedNs, uncertain: true };
+        this.#o.release(uncertain);
+        return;
+      }
       this.#o.release(record);
       return;
     }
@@ -181,6 +199,10 @@ export class TlsAnswers {
     for (const [sk, ts] of this.#deadByTls) {
       if (ts >= limitNs) break;
       this.#deadByTls.delete(sk);
+    }
+    for (const [sk, ambiguous] of this.#ambiguous) {
+      if (ambiguous.ts >= limitNs) break;
+      this.#ambiguous.delete(sk); // its close line never came (a record dropped)
     }
   }
 

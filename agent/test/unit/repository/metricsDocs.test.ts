@@ -9,7 +9,7 @@ import { execa } from "execa";
 import { z } from "zod";
 import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES } from "../../../src/sinks/metrics.ts";
 import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
-import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS } from "../../../src/vocabulary/causes.ts";
+import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS, VERDICTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
 import { ANSWER_RULES } from "../../../src/vocabulary/answerRules.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
@@ -84,6 +84,7 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_status_write_lost_total", label: "cause", values: LOSS_CAUSES },
   { metric: "lostwrite_status_write_lost_total", label: "noticed", values: NOTICED },
   { metric: "lostwrite_status_write_lost_total", label: "request", values: REQUESTS },
+  { metric: "lostwrite_status_write_lost_total", label: "verdict", values: VERDICTS },
   { metric: "lostwrite_apiserver_syscall_errors_total", label: "syscall", values: SYSCALL_LABELS },
   { metric: "lostwrite_apiserver_connection_losses_total", label: "reason", values: CONNECTION_LOSS_REASONS },
   { metric: "lostwrite_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },

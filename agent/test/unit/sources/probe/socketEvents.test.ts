@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ProbeRecord } from "../../../../src/sources/probe/probeOutput.ts";
 import { errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts";
+import type { UncertainClose } from "../../../../src/sources/tls/tlsAnswers.ts";
 
 const close = (over: Partial<Extract<ProbeRecord, { type: "close" }>>): ProbeRecord => ({
   type: "close", ts: 10n, pid: 7, tid: 8, err: 0, reset: false, closedBy: 0, unansweredBytes: 0, waitedNs: 0n, retransmits: 0,
@@ -41,6 +42,15 @@ describe("judge", () => {
     // Idle: below the request threshold (an HTTP/2 PING in a TLS record) is not a lost write.
     assert.deepEqual(judge(close({ reset: true, unansweredBytes: 40 }), opts), { kind: "connection_loss", pid: 7, process: "manager", reason: "reset" });
     assert.deepEqual(judge(close({ unansweredBytes: 0 }), opts), { kind: "none" });
+  });
+
+  it("says a close is uncertain where the wire could not tell (TLS answers marked it), and only there", () => {
+    const marked: UncertainClose = { ...(close({ reset: true, err: 104, unansweredBytes: 1880 }) as UncertainClose), uncertain: true };
+    const uncertain = judge(marked, opts);
+    assert.ok(uncertain.kind === "loss");
+    assert.deepEqual([uncertain.event.cause, uncertain.event.verdict], ["connection_reset", "uncertain"]);
+    const certain = judge(close({ reset: true, err: 104, unansweredBytes: 1880 }), opts);
+    assert.ok(certain.kind === "loss" && !("verdict" in certain.event));
   });
 
   it("says who closed: the client's own close is its giving up, the apiserver's a loss it caused", () => {

@@ -58,6 +58,27 @@ void describe("TLS answers", { timeout: 10_000 }, () => {
     assert.deepEqual(released, [close({ unansweredBytes: 620, waitedNs: 50n * MS })]);
   });
 
+  void it("reports, as uncertain, a close the wire took for answered only by what may be session tickets, when no TLS program read the answer", () => {
+    const ambiguous: ProbeRecord = { type: "ambiguous", ts: 100n * MS - 10n, pid: PID, sk: SK, bytes: 1880, waitedNs: 2n * MS };
+    // Not followed by a TLS program (a library's first process): the kernel's doubt is what there is.
+    const { released, handle } = setup();
+    handle(ambiguous);
+    handle(close());
+    assert.deepEqual(released, [{ ...close({ unansweredBytes: 1880, waitedNs: 2n * MS }), uncertain: true }]);
+    // Followed: the TLS program read what the client read, and knows.
+    const followed = setup();
+    followed.answers.setAttached(PID, true);
+    followed.handle(ambiguous);
+    followed.handle(close());
+    followed.handle(verdict({ unansweredBytes: 0, waitedNs: 0n }));
+    assert.deepEqual(followed.released, [close()]);
+    // A close the wire already took for unanswered needs no doubt.
+    const plain = setup();
+    plain.handle(ambiguous);
+    plain.handle(close({ unansweredBytes: 620, waitedNs: 9n }));
+    assert.deepEqual(plain.released, [close({ unansweredBytes: 620, waitedNs: 9n })]);
+  });
+
   void it("clears a close the wire took for unanswered when the client read its answer", () => {
     const { answers, released, handle } = setup();
     answers.setAttached(PID, true);
