@@ -8,9 +8,10 @@
 //   a pod's own address                that pod's; a resource naming another
 //                                      pod (name, namespace or uid) is rejected
 //   the node's (host-network pods,     a host-network pod's when the resource
-//   hostIPs) or loopback               names one of this node, the node's own
-//                                      processes' when it names no pod;
-//                                      naming any other pod is rejected
+//   hostIPs) or loopback               names one of this node (by name or by
+//                                      uid), the node's own processes' when
+//                                      it names no pod; naming any other pod
+//                                      is rejected
 //   anything else                      rejected (answered "retry later"
 //                                      until the node's pods have been
 //                                      listed once: it may be a pod not
@@ -44,6 +45,8 @@ export interface SenderDirectory {
   isNodeAddress(address: string): boolean;
   /** The host-network pod of this node with this namespace and name; null if there is none. */
   hostNetworkPod(namespace: string, pod: string): PodRef | null;
+  /** The host-network pod of this node with this uid; null if there is none. */
+  hostNetworkPodByUid(uid: string): PodRef | null;
 }
 
 export type SenderVerdict =
@@ -67,16 +70,16 @@ export function attributeSender(claimed: SpanProcess, directory: SenderDirectory
     }
     return { ok: true, process: { ...claimed, sender: "pod", namespace: pod.namespace, podName: pod.pod, podUid: pod.uid ?? claimed.podUid } };
   }
-  if (claimed.podName === null) {
+  if (claimed.podName === null && claimed.podUid === null) {
     // A namespace alone names no process: the node's own processes have none.
     return { ok: true, process: { ...claimed, sender: "node", namespace: null, podUid: null } };
   }
-  const hostPod = claimed.namespace === null ? null : directory.hostNetworkPod(claimed.namespace, claimed.podName);
+  const hostPod = namedHostNetworkPod(claimed, directory);
   const mismatch = hostPod === null ? `resource ${describeClaim(claimed)} names no host-network pod of this node` : disagreement(claimed, hostPod);
   if (hostPod === null || mismatch !== null) {
     return { ok: false, reason: "sender_mismatch", detail: `${mismatch}; only those share the node's address ${sender.address}` };
   }
-  return { ok: true, process: { ...claimed, sender: "pod", podUid: hostPod.uid ?? claimed.podUid } };
+  return { ok: true, process: { ...claimed, sender: "pod", namespace: hostPod.namespace, podName: hostPod.pod, podUid: hostPod.uid ?? claimed.podUid } };
 }
 
 /**
@@ -102,6 +105,16 @@ export function identifySender(
   return { ok: false, reason: "unknown_sender", detail: `sender ${address} is not a pod of this node, nor the node` };
 }
 
+/**
+ * The host-network pod a resource names, by name (and namespace) or, naming
+ * none, by uid: a uid alone names a pod as surely as its name, and left
+ * unchecked would let a sender on the node's address claim a pod it is not in.
+ */
+function namedHostNetworkPod(claimed: SpanProcess, directory: SenderDirectory): PodRef | null {
+  if (claimed.podName !== null) return claimed.namespace === null ? null : directory.hostNetworkPod(claimed.namespace, claimed.podName);
+  return claimed.podUid === null ? null : directory.hostNetworkPodByUid(claimed.podUid);
+}
+
 /** The first resource attribute that names another pod than `pod`; null when none does. */
 function disagreement(claimed: SpanProcess, pod: PodRef): string | null {
   if (claimed.podName !== null && claimed.podName !== pod.pod) return `resource k8s.pod.name=${JSON.stringify(claimed.podName)}`;
@@ -111,7 +124,8 @@ function disagreement(claimed: SpanProcess, pod: PodRef): string | null {
 }
 
 function describeClaim(claimed: SpanProcess): string {
-  return `k8s.namespace.name=${JSON.stringify(claimed.namespace)} k8s.pod.name=${JSON.stringify(claimed.podName)}`;
+  const uid = claimed.podUid === null ? "" : ` k8s.pod.uid=${JSON.stringify(claimed.podUid)}`;
+  return `k8s.namespace.name=${JSON.stringify(claimed.namespace)} k8s.pod.name=${JSON.stringify(claimed.podName)}${uid}`;
 }
 
 /** A process the agent follows, as the kernel and /proc know it. */

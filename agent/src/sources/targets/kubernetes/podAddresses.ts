@@ -16,6 +16,7 @@ export function senderDirectoryOf(pods: Iterable<Pod>, listed = true): SenderDir
   const byAddress = new Map<string, PodRef | "ambiguous">();
   const nodeAddresses = new Set<string>();
   const hostNetworkPods = new Map<string, PodRef>();
+  const hostNetworkPodsByUid = new Map<string, PodRef>();
   for (const pod of pods) {
     const ref: PodRef = { namespace: pod.metadata.namespace, pod: pod.metadata.name, uid: pod.metadata.uid ?? null };
     for (const address of addressesOf(pod.status?.hostIPs, pod.status?.hostIP)) nodeAddresses.add(address);
@@ -25,6 +26,7 @@ export function senderDirectoryOf(pods: Iterable<Pod>, listed = true): SenderDir
     if (pod.spec.hostNetwork === true) {
       for (const address of own) nodeAddresses.add(address);
       hostNetworkPods.set(`${ref.namespace}/${ref.pod}`, ref);
+      if (ref.uid !== null) hostNetworkPodsByUid.set(ref.uid, ref);
       continue;
     }
     for (const address of own) byAddress.set(address, byAddress.has(address) ? "ambiguous" : ref);
@@ -37,6 +39,7 @@ export function senderDirectoryOf(pods: Iterable<Pod>, listed = true): SenderDir
     },
     isNodeAddress: (address) => nodeAddresses.has(address),
     hostNetworkPod: (namespace, pod) => hostNetworkPods.get(`${namespace}/${pod}`) ?? null,
+    hostNetworkPodByUid: (uid) => hostNetworkPodsByUid.get(uid) ?? null,
   };
 }
 

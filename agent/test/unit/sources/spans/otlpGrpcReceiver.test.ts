@@ -201,6 +201,7 @@ void describe("OTLP/gRPC receiver", { timeout: 60_000 }, () => {
       podAt: () => null,
       isNodeAddress: () => false,
       hostNetworkPod: () => null,
+      hostNetworkPodByUid: () => null,
     };
     try {
       const n = await rejected("sender_mismatch");

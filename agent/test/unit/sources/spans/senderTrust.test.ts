@@ -11,6 +11,7 @@ const directory: SenderDirectory = {
     address === "10.244.1.7" ? { namespace: "ops", pod: "widget-a", uid: "uid-a" } : address === "10.244.1.8" ? { namespace: "ops", pod: "widget-b", uid: null } : null,
   isNodeAddress: (address) => address === "192.168.1.10",
   hostNetworkPod: (namespace, pod) => (namespace === "kube-system" && pod === "cilium-operator" ? { namespace, pod, uid: "uid-c" } : null),
+  hostNetworkPodByUid: (uid) => (uid === "uid-c" ? { namespace: "kube-system", pod: "cilium-operator", uid } : null),
 };
 
 function claimed(peerAddress: string | null, resource: Partial<SpanProcess> = {}): SpanProcess {
@@ -78,6 +79,23 @@ void describe("sender trust", { timeout: 10_000 }, () => {
       assert.ok(!spoof.ok, peer);
       assert.equal(spoof.reason, "sender_mismatch");
       assert.match(spoof.detail, /names no host-network pod of this node/);
+    }
+  });
+
+  void test("on the node's address a pod uid alone names a host-network pod as its name does, and must agree with it", () => {
+    const byUid = attributeSender(claimed("192.168.1.10", { podUid: "uid-c" }), directory);
+    assert.ok(byUid.ok);
+    assert.deepEqual([byUid.process.sender, byUid.process.namespace, byUid.process.podName, byUid.process.podUid], ["pod", "kube-system", "cilium-operator", "uid-c"]);
+    // Another pod's uid, or one with an address of its own, is no pod the node's address can speak for.
+    for (const [resource, detail] of [
+      [{ podUid: "uid-a" }, /resource k8s\.namespace\.name=null k8s\.pod\.name=null k8s\.pod\.uid="uid-a" names no host-network pod of this node; only those share the node's address 127\.0\.0\.1/],
+      [{ podName: "cilium-operator", namespace: "kube-system", podUid: "uid-a" }, /resource k8s\.pod\.uid="uid-a"; only those share/],
+      [{ podUid: "uid-c", namespace: "ops" }, /resource k8s\.namespace\.name="ops"; only those share/],
+    ] as const) {
+      const verdict = attributeSender(claimed("127.0.0.1", resource), directory);
+      assert.ok(!verdict.ok, JSON.stringify(resource));
+      assert.equal(verdict.reason, "sender_mismatch");
+      assert.match(verdict.detail, detail);
     }
   });
 

@@ -35,6 +35,8 @@ void describe("pod addresses", { timeout: 10_000 }, () => {
     assert.equal(dir.isNodeAddress("192.168.1.11"), true);
     assert.deepEqual(dir.hostNetworkPod("ops", "cilium-operator"), { namespace: "ops", pod: "cilium-operator", uid: "uid-cilium-operator" });
     assert.equal(dir.hostNetworkPod("ops", "other"), null);
+    assert.deepEqual(dir.hostNetworkPodByUid("uid-cilium-operator"), { namespace: "ops", pod: "cilium-operator", uid: "uid-cilium-operator" });
+    assert.equal(dir.hostNetworkPodByUid("uid-other"), null);
   });
 
   void test("a finished pod gives its address up; two live pods on one address leave it to neither", () => {
