@@ -16,7 +16,7 @@
 // itself under `unshare --net`, so the veth pair and every socket live in a
 // namespace of its own and nothing reaches another address.
 import assert from "node:assert/strict";
-import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -30,6 +30,7 @@ import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { NODE, control, makeContainerCgroup, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
+import { runInOwnNetworkNamespace, whyNoOwnNetworkNamespace } from "./support/ownNetworkNamespace.ts";
 
 const HERE = fileURLToPath(import.meta.url);
 const SENDER = path.join(path.dirname(HERE), "clients/lw_span_sender.py");
@@ -44,15 +45,7 @@ const OTLP_GRPC_PORT = 4317;
 const GRPC_EXPORT = path.join(path.dirname(HERE), "clients/otlpGrpcExport.ts");
 const NODE_BIN = path.join(path.dirname(HERE), "../../../node_modules/.bin/node");
 
-function tool(name: string): string | null {
-  return spawnSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).stdout.trim() || null;
-}
-const reasons = [
-  ...missingKernelRequirements(),
-  (await whyCannotRun()) ?? "",
-  tool("unshare") ? "" : "unshare (util-linux) not on PATH",
-  tool("ip") ? "" : "ip (iproute2) not on PATH",
-].filter(Boolean);
+const reasons = [...missingKernelRequirements(), (await whyCannotRun()) ?? "", whyNoOwnNetworkNamespace() ?? ""].filter(Boolean);
 const skip = reasons.length && process.env.CI !== "true" ? reasons.join("; ") : false;
 
 function ip(...args: string[]): void {
@@ -84,18 +77,7 @@ if (!IN_NETNS) {
   describe("span senders (in a network namespace of its own)", { skip, timeout: 240_000 }, () => {
     it("runs the scenario under unshare --net", () => {
       assertKernelRequirements();
-      // NODE_TEST_CONTEXT would make the inner `node --test` skip its file as a recursive run.
-      const env = { ...process.env };
-      delete env.NODE_TEST_CONTEXT;
-      const run = spawnSync("unshare", ["--net", "--", process.execPath, "--test", "--test-reporter=spec", "--test-timeout=200000", HERE], {
-        env: { ...env, SPAN_SENDERS_E2E_IN_OWN_NETNS: "1" },
-        encoding: "utf8",
-        timeout: 220_000,
-      });
-      process.stdout.write(run.stdout);
-      process.stderr.write(run.stderr);
-      assert.equal(run.status, 0, `the scenario in its own network namespace failed (status ${run.status}, signal ${run.signal})`);
-      assert.match(run.stdout, /ℹ pass 1\b/, "the scenario ran and passed");
+      runInOwnNetworkNamespace(HERE, "SPAN_SENDERS_E2E_IN_OWN_NETNS", { timeoutMs: 220_000, tests: 1 });
     });
   });
 } else {
