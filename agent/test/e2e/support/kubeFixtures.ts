@@ -54,13 +54,16 @@ export async function whyCannotRun(): Promise<string | null> {
 }
 
 
-export async function control(api: Apiserver, method: string, path: string, body?: unknown): Promise<void> {
+/** A call to the testbed apiserver's control API: its answer (POST /objects: the object as stored, with the uid it was given). */
+export async function control(api: Apiserver, method: string, path: string, body?: unknown): Promise<unknown> {
   const res = await fetch(api.controlUrl + path, {
     method,
     headers: { "content-type": "application/json" },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
-  assert.ok(res.ok, `${method} ${path}: ${res.status} ${await res.text()}`);
+  const text = await res.text();
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${text}`);
+  return text ? (JSON.parse(text) as unknown) : null;
 }
 
 export function podFor(containerId: string): Record<string, unknown> {
