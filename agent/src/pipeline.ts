@@ -237,6 +237,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   });
   probe.onRecord((record) => {
     if (!admission.admit(record)) return false;
+    if (tlsProbes && (record.type === "close" || record.type === "ambiguous" || record.type === "send")) tlsProbes.lookNow(record.pid);
     probeRecords.push(record); // a drop here is counted by the queue; the line is still recorded
     return true;
   });

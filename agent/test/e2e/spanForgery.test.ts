@@ -21,7 +21,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { jsonBody, protobufBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
+import { jsonBody, openReconcile, protobufBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
@@ -77,16 +77,11 @@ describe("span forgery on the node: a sender is who its connection says it is", 
   const now = Date.now();
   const tally = { sent: 0, refused: 0 };
 
-  const reconcile = (traceId: string, pid: number | null, over: Partial<SpanDef> = {}): SpanDef => ({
-    traceId,
-    spanId: traceId.slice(0, 16),
-    name: "reconcile widget",
-    startMs: now - 1_000,
-    endMs: now + 60_000, // open well past the failure, however slow the machine
-    attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name: "w1" },
-    resource: pid === null ? { "service.name": "widget-operator" } : { "process.pid": pid, "service.name": "widget-operator" },
-    ...over,
-  });
+  const reconcile = (traceId: string, pid: number | null, over: Partial<SpanDef> = {}): SpanDef =>
+    openReconcile(traceId, now, {
+      resource: pid === null ? { "service.name": "widget-operator" } : { "process.pid": pid, "service.name": "widget-operator" },
+      ...over,
+    });
   /** A reconcile of `name` with its status PATCH answered `code`: a loss seen only in spans. */
   const rejectedWrite = (traceId: string, pid: number, name: string, code = 409): SpanDef[] => {
     const parent = reconcile(traceId, pid, { endMs: now + 200, attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name } });

@@ -25,7 +25,7 @@ import { fileURLToPath } from "node:url";
 import { SpanStatusCode } from "@opentelemetry/api";
 import { createInterface } from "node:readline";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
-import { jsonBody, protobufBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
+import { jsonBody, openReconcile, protobufBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
@@ -158,15 +158,7 @@ if (!IN_NETNS) {
       // Reconcile spans open around the write about to fail. The manager's own
       // says nothing of errors (the operator swallowed it) and names no pod.
       const now = Date.now();
-      const span = (traceId: string, over: Partial<SpanDef>): SpanDef => ({
-        traceId,
-        spanId: traceId.slice(0, 16),
-        name: "reconcile widget",
-        startMs: now - 1_000,
-        endMs: now + 60_000, // open well past the failure, however slow the senders are to start
-        attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name: "w1" },
-        ...over,
-      });
+      const span = (traceId: string, over: Partial<SpanDef>): SpanDef => openReconcile(traceId, now, over);
       const managerResource = { "process.pid": manager.pid!, "service.name": "widget-operator" };
       /** A reconcile of `name` whose status PATCH was answered 409: a loss seen only in spans. */
       const conflict = (traceId: string, name: string, resource: SpanDef["resource"]): SpanDef[] => {

@@ -28,7 +28,7 @@ import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { SpanStatusCode } from "@opentelemetry/api";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
-import { jsonBody, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
+import { jsonBody, openReconcile, refusedStatusPatch, type SpanDef } from "../unit/sources/spans/otlpSpans.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
@@ -160,16 +160,8 @@ if (!IN_NETNS) {
 
       // Reconcile spans open around the write about to fail.
       const now = Date.now();
-      const reconcile = (traceId: string, resource: SpanDef["resource"], over: Partial<SpanDef> = {}): SpanDef => ({
-        traceId,
-        spanId: traceId.slice(0, 16),
-        name: "reconcile widget",
-        startMs: now - 1_000,
-        endMs: now + 60_000, // open well past the failure, however slow the senders are to start
-        attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name: "w1" },
-        resource,
-        ...over,
-      });
+      const reconcile = (traceId: string, resource: SpanDef["resource"], over: Partial<SpanDef> = {}): SpanDef =>
+        openReconcile(traceId, now, { resource, ...over });
       /** A reconcile of `name` whose status PATCH was answered 409: a loss seen only in spans. */
       const conflict = (traceId: string, name: string, resource: SpanDef["resource"]): SpanDef[] => {
         const parent = reconcile(traceId, resource, { endMs: now + 200, attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name } });

@@ -104,6 +104,19 @@ export class TlsProbes {
     this.#pending.set(pid, { dueMs: Date.now() + waitMs, nextWaitMs: Math.min(waitMs * 2, MAX_RECHECK_WAIT_MS) });
   }
 
+  /**
+   * The socket probe reported on `pid` (its connection closed, a send
+   * failed): if its OpenSSL is still to be found, look now, while it runs.
+   * A one-shot client can live less than the first rechecks on a busy node,
+   * and its library's program is what follows every later one.
+   */
+  lookNow(pid: number): void {
+    const next = this.#pending.get(pid);
+    if (next === undefined || next.dueMs <= Date.now()) return;
+    next.dueMs = Date.now();
+    this.#scheduleRecheck();
+  }
+
   /** A process its exec made followed, and that is no target. */
   unfollow(pid: number): Promise<void> {
     return this.#programs.unfollowEverywhere(pid);

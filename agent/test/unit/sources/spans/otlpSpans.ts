@@ -21,6 +21,23 @@ export interface SpanDef {
 }
 
 /**
+ * A reconcile span of widgets/w1 around a write about to fail: it began a
+ * second before `nowMs` and stays open a minute past it, however slow the
+ * machine or the senders are to start.
+ */
+export function openReconcile(traceId: string, nowMs: number, over: Partial<SpanDef> = {}): SpanDef {
+  return {
+    traceId,
+    spanId: traceId.slice(0, 16),
+    name: "reconcile widget",
+    startMs: nowMs - 1_000,
+    endMs: nowMs + 60_000,
+    attributes: { controller: "widget", controllerKind: "Widget", namespace: "widgets", name: "w1" },
+    ...over,
+  };
+}
+
+/**
  * A reconcile's failed status PATCH, answered `code`, under its span
  * `parent` (from `startMs`, for 100 ms): with the parent, what an operator
  * whose write was refused exports, a loss seen only in spans.
