@@ -292,10 +292,14 @@ export class Correlator {
         continue;
       }
       const expired = now >= entry.deadlineMs;
+      const endMs = Number(entry.span.endNs / 1_000_000n);
+      const kernelMayFollow = now < endMs + this.#o.socketLagMs || (now < endMs + this.#o.kernelLagMs && this.#readByRequestProbe(entry.span));
+      if (!expired && (kernelMayFollow || !ancestryComplete(entry.span, this.#lookup))) continue;
       const describedBy = this.#kernelEventsThatMayClaim(entry.span);
-      if (expired && describedBy.length > 0) {
-        // The kernel's event of the same failure came later (it waited for
-        // the Go lines of its time): it speaks for the span, now.
+      if (!expired && describedBy.length > 0) continue;
+      if (describedBy.length > 0) {
+        // Expired, and the kernel's event of the same failure came later (it
+        // waited for the Go lines of its time): it speaks for the span, now.
         for (const kernel of describedBy) {
           this.#pending.splice(this.#pending.indexOf(kernel), 1);
           this.#emitKernel(kernel);
@@ -305,9 +309,6 @@ export class Correlator {
           continue;
         }
       }
-      const endMs = Number(entry.span.endNs / 1_000_000n);
-      const kernelMayFollow = now < endMs + this.#o.socketLagMs || (now < endMs + this.#o.kernelLagMs && this.#readByRequestProbe(entry.span));
-      if (!expired && (kernelMayFollow || !ancestryComplete(entry.span, this.#lookup) || describedBy.length > 0)) continue;
       this.#pendingSpanLosses.delete(key);
       if (this.#retriedAndAnswered(entry.span)) {
         this.#claim(entry.span);

@@ -112,9 +112,11 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
         await exited;
       }
       rows.push({ run: i + 1, pid, expected: `connection_reset PATCH ${lost}`, detected: "", lost, kept: statusPathOf(namespace, "kept") });
+      // The pace is the scenario (a crash loop's 20 restarts a minute), not a wait for the agent.
       await sleep(Math.max(0, PERIOD_MS - (Date.now() - cycleStart)));
     }
     const elapsedS = (Date.now() - started) / 1000;
+    // A second event of the same loss would have come by now: what follows asserts there is none.
     await sleep(SETTLE_MS);
     for (const row of rows) row.detected = describeEvents(eventsOf(row.pid));
     table(`go-operator crash loop: ${CYCLES} processes in ${elapsedS.toFixed(1)} s`, rows);
@@ -157,6 +159,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
       // A script runs kubectl again later; by then its binary's program is there.
       if (run === 1) await waitFor("kubectl's program to attach", () => attachedFor("Go probe", /^kubectl$/).length > 0, 30_000);
     }
+    // A second event of the same loss would have come by now: what follows asserts there is none.
     await sleep(SETTLE_MS);
     for (const row of rows) row.detected = describeEvents(eventsOf(row.pid));
     table("kubectl patch --subresource=status, one process each", rows);
@@ -204,6 +207,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
       rows.push({ run: i, pid, expected: reset ? `connection_reset, ${out.sent} bytes unanswered` : "no loss (answered 200)", detected: "", sent: out.sent, reset });
       if (i === 1) await waitFor("the TLS program of python's libssl to attach", () => attachedFor("TLS probe", /libssl/).length > 0, 30_000);
     }
+    // A second event of the same loss would have come by now: what follows asserts there is none.
     await sleep(SETTLE_MS);
     for (const row of rows) {
       row.detected = eventsOf(row.pid).map((e) => `${e.cause}, ${e.unanswered_bytes} bytes unanswered${e.verdict ? ` (${e.verdict})` : ""}`).join("; ") || "no event";
