@@ -4,7 +4,8 @@
 // while the binary can run again and told which of its processes to follow.
 // Everything else stays on the socket path alone, with the reason logged once
 // per binary. Lines go to GoRequests; the drain timer applies them in order.
-import { readlink, stat } from "node:fs/promises";
+import { readlinkSync } from "node:fs";
+import { stat } from "node:fs/promises";
 import path from "node:path";
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import { inspectGoBinary, type GoBinaryInspected } from "../goBinary/inspectGoBinary.ts";
@@ -88,15 +89,13 @@ export class GoProbes {
       if (key === null) continue;
       const inspected = this.#inspected.get(key) ?? (await this.#inspect(key, pid));
       if (typeof inspected === "string") continue;
-      // The name the logs give the binary: what /proc/<pid>/exe points at.
-      const name = path.basename(await readlink(this.#exe(pid)).catch(() => inspected.path)).replace(/ \(deleted\)$/, "");
       await this.#programs.add(pid, key, () => ({
         // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
         path: this.#exe(pid),
         render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
-        details: { file: name, go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
+        details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
       }));
     }
     this.#o.metrics.goTargets.set({ coverage: "requests" }, this.#programs.followed);
@@ -137,7 +136,18 @@ export class GoProbes {
     return inspected;
   }
 
-  #exe(pid: number): string {
+  /** The name the logs give a binary: what /proc/<pid>/exe points at (read once, when its program is made). */
+  #binaryName(pid: number, fallback: string): string {
+    let target = fallback;
+    try {
+      target = readlinkSync(this.#exe(pid));
+    } catch {
+      // gone already: the inspected path will do
+    }
+    return path.basename(target).replace(/ \(deleted\)$/, "");
+  }
+
+    #exe(pid: number): string {
     return path.join(this.#o.procRoot, String(pid), "exe");
   }
 }
