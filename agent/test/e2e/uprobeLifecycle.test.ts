@@ -80,6 +80,15 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
   /** The programs attached for a file, by the name the agent logs. */
   const attachedFor = (what: "Go probe" | "TLS probe", file: RegExp): LogLine[] =>
     agentLog.filter((line) => line.msg === `${what} attached` && typeof line.file === "string" && file.test(line.file));
+  /** Waits for `what` to attach; a timeout says what the agent logged of that kind of program. */
+  const waitForAttach = async (what: "Go probe" | "TLS probe", file: RegExp, description: string): Promise<void> => {
+    try {
+      await waitFor(description, () => attachedFor(what, file).length > 0, 30_000);
+    } catch (error) {
+      const said = agentLog.filter((line) => line.msg.startsWith(what)).map((line) => JSON.stringify(line));
+      throw new Error(`${(error as Error).message}; the agent's ${what} lines:\n${said.join("\n") || "(none)"}`);
+    }
+  };
   const describeEvents = (events: LossEvent[]): string =>
     events.length === 0 ? "no event" : events.map((e) => `${e.cause}${e.request ? ` ${e.request.method} ${e.request.path}` : " (no request)"}`).join("; ");
   const table = (title: string, rows: Row[]): void => {
@@ -157,7 +166,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
       if (!answered) await waitFor(`run ${run} [${result.pid}]: its reset write reported`, () => eventsOf(result.pid).length > 0, 15_000);
       rows.push({ run, pid: result.pid, expected: answered ? "no loss (answered 200)" : `connection_reset PATCH ${statusPathOf(namespace, name)}`, detected: "" });
       // A script runs kubectl again later; by then its binary's program is there.
-      if (run === 1) await waitFor("kubectl's program to attach", () => attachedFor("Go probe", /^kubectl$/).length > 0, 30_000);
+      if (run === 1) await waitForAttach("Go probe", /^kubectl$/, "kubectl's program to attach");
     }
     // A second event of the same loss would have come by now: what follows asserts there is none.
     await sleep(SETTLE_MS);
@@ -205,7 +214,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
       assert.equal(out.status, reset ? null : 200, `script ${i}: ${JSON.stringify(out)}`);
       if (reset && i > 1) await waitFor(`script ${i} [${pid}]: its reset write reported`, () => eventsOf(pid).length > 0, 15_000);
       rows.push({ run: i, pid, expected: reset ? `connection_reset, ${out.sent} bytes unanswered` : "no loss (answered 200)", detected: "", sent: out.sent, reset });
-      if (i === 1) await waitFor("the TLS program of python's libssl to attach", () => attachedFor("TLS probe", /libssl/).length > 0, 30_000);
+      if (i === 1) await waitForAttach("TLS probe", /libssl/, "the TLS program of python's libssl to attach");
     }
     // A second event of the same loss would have come by now: what follows asserts there is none.
     await sleep(SETTLE_MS);

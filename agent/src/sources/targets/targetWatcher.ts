@@ -19,6 +19,8 @@ export interface WatchedTarget extends Target {
   nsPids: number[] | null;
   /** Wall-clock ms when it became a target. */
   sinceMs: number;
+  /** It became a target at its exec (not found running by a scan): it is starting. */
+  atExec?: true;
 }
 
 export interface TargetChanges {
@@ -113,6 +115,7 @@ export class TargetWatcher {
           source: source ?? "kubernetes",
           nsPids: parseNsPids(readSync(this.opts.procRoot, pid, "status")),
           sinceMs: Date.now(),
+          atExec: true,
           identity: external ?? { pid, process: comm, namespace: "", pod: "", container: "", controller: "" },
         };
       }

@@ -2,11 +2,13 @@
 // or an executable with OpenSSL in it) gets its own bpftrace program
 // (UprobePrograms), kept while the file can be used again and told which of
 // the processes using it to follow. A target with no OpenSSL mapped yet (python maps
-// libssl when it first imports ssl) is looked at again, soon (a short-lived
-// client may be gone in a tenth of a second, and its file's program is what
-// follows every later client from its exec) and then twice as long each time
-// up to a minute: most such targets never will (Go operators), and each look
-// reads its maps.
+// libssl when it first imports ssl) is looked at again. One that just exec'd
+// is looked at every few ms through its first seconds: a one-shot python
+// script maps libssl about 20 ms after its exec and is gone 35 ms later, and
+// its file's program is what follows every later client from its exec. After
+// that, and for targets found running, twice as long each time up to a
+// minute: most such targets never will (Go operators), and each look reads
+// its maps.
 // Verdicts go to TlsAnswers; its drain timer releases what waited for them.
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
@@ -17,7 +19,8 @@ import { renderTlsProgram } from "./tlsProbeProgram.ts";
 
 /** Targets added and removed (a TargetWatcher change, or a recheck of the targets without OpenSSL yet). */
 interface PidChanges {
-  added: readonly { pid: number }[];
+  /** `atExec`: it became a target at its exec, so it is starting now. */
+  added: readonly { pid: number; atExec?: boolean }[];
   removed: readonly { pid: number }[];
 }
 
@@ -29,25 +32,45 @@ export interface TlsProbesOptions extends UprobeContext {
   onAttached: (pid: number, attached: boolean, atNs: bigint) => void;
   /** How often waiting records are released (default 25 ms). */
   drainIntervalMs?: number;
-  /** How soon a target without OpenSSL is first looked at again (default 20 ms; then twice as long each time, up to 60 s). */
+  /** How often a target without OpenSSL is looked at again while young, and first after that (default 10 ms; then twice as long each time, up to 60 s). */
   recheckIntervalMs?: number;
+  /** How long after its exec a target is young (default 3 s). */
+  youngMs?: number;
 }
 
 /** The longest wait between two looks at a target without OpenSSL. */
 const MAX_RECHECK_WAIT_MS = 60_000;
 
+/** When a target without OpenSSL is looked at next: `dueMs`; `youngUntilMs` ends the frequent looks; then `nextWaitMs` doubles. */
+export interface NextLook {
+  dueMs: number;
+  youngUntilMs: number;
+  nextWaitMs: number;
+}
+
+/**
+ * The look after one that found no OpenSSL (`previous` undefined: the first):
+ * often while the target is young, then backing off, since each look reads
+ * its maps and most targets never map OpenSSL.
+ */
+export function nextLook(previous: NextLook | undefined, nowMs: number, atExec: boolean, o: { recheckIntervalMs: number; youngMs: number }): NextLook {
+  const next = previous ? { ...previous } : { dueMs: 0, youngUntilMs: atExec ? nowMs + o.youngMs : 0, nextWaitMs: o.recheckIntervalMs };
+  if (nowMs < next.youngUntilMs) return { ...next, dueMs: nowMs + o.recheckIntervalMs };
+  return { ...next, dueMs: nowMs + next.nextWaitMs, nextWaitMs: Math.min(next.nextWaitMs * 2, MAX_RECHECK_WAIT_MS) };
+}
+
 export class TlsProbes {
   readonly name = "tls probes";
   readonly #o: Required<TlsProbesOptions>;
   readonly #programs: UprobePrograms;
-  /** Targets with no OpenSSL found yet → when to look again, and the wait after that. */
-  readonly #pending = new Map<number, { dueMs: number; nextWaitMs: number }>();
+  /** Targets with no OpenSSL found yet → when to look again. */
+  readonly #pending = new Map<number, NextLook>();
   readonly #exportsCache: ExportsCache = new Map();
   #ticker: AdaptiveTicker | null = null;
   #recheck: NodeJS.Timeout | null = null;
 
   constructor(opts: TlsProbesOptions) {
-    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 20, onLine: () => {}, ...opts };
+    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 10, youngMs: 3000, onLine: () => {}, ...opts };
     this.#programs = new UprobePrograms({
       what: "TLS probe",
       attachedGauge: this.#o.metrics.tlsProbesAttached,
@@ -98,10 +121,8 @@ export class TlsProbes {
     this.#o.answers.flush();
   }
 
-  /** Backs off: each look reads the target's maps, and most targets never map OpenSSL. */
-  #lookAgainLater(pid: number): void {
-    const waitMs = this.#pending.get(pid)?.nextWaitMs ?? this.#o.recheckIntervalMs;
-    this.#pending.set(pid, { dueMs: Date.now() + waitMs, nextWaitMs: Math.min(waitMs * 2, MAX_RECHECK_WAIT_MS) });
+  #lookAgainLater(pid: number, atExec: boolean): void {
+    this.#pending.set(pid, nextLook(this.#pending.get(pid), Date.now(), atExec, this.#o));
   }
 
   /**
@@ -127,7 +148,7 @@ export class TlsProbes {
       this.#pending.delete(pid);
       await this.#programs.remove(pid);
     }
-    for (const { pid } of added) {
+    for (const { pid, atExec = false } of added) {
       if (this.#programs.isFollowed(pid)) {
         this.#pending.delete(pid); // announced by its file's program
         continue;
@@ -136,7 +157,7 @@ export class TlsProbes {
       if (typeof found === "string") {
         // Looked at again while it is a target; a process gone (no maps) is not.
         if (found.startsWith("cannot read its maps")) this.#pending.delete(pid);
-        else this.#lookAgainLater(pid);
+        else this.#lookAgainLater(pid, atExec);
         continue;
       }
       this.#pending.delete(pid);

@@ -1,6 +1,8 @@
-// Runs the real agent CLI as a child process on free loopback ports, as a
-// user would, and reads what it exposes: /metrics, /readyz and its stdout
-// event log.
+// Runs the real agent CLI as a child process, as a user would, and reads
+// what it exposes: /metrics, /readyz and its stdout event log. It listens on
+// ports the kernel picks as it binds (port 0), read back from its "agent
+// ready" log line: a port picked here and bound later could be taken in
+// between by any connect on the machine.
 import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -47,17 +49,30 @@ export function sumMetric(samples: Map<string, number>, name: string, labels: Re
   return sum;
 }
 
+/** Where the agent listens, as its "agent ready" log line says. */
+interface ReadyLine {
+  listen: { port: number };
+  otlp: { port: number };
+  otlpGrpc: { port: number } | null;
+}
+
+function readyLine(text: string): ReadyLine | null {
+  try {
+    const line = JSON.parse(text) as { msg?: string } & ReadyLine;
+    return line.msg === "agent ready" ? line : null;
+  } catch {
+    return null; // not one of the agent's log lines
+  }
+}
+
 export interface StartAgentOptions {
   /** Runs the agent's command line inside something else (the deployed shape): returns the command to spawn. */
   wrap?: (argv: string[]) => string[];
 }
 
 export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}, options: StartAgentOptions = {}): Promise<AgentProcess> {
-  const port = await freeLoopbackPort();
-  const otlpPort = await freeLoopbackPort();
-  const otlpGrpcPort = await freeLoopbackPort();
   const node = path.join(repoRoot, "node_modules/.bin/node");
-  const argv = [node, path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", `127.0.0.1:${port}`, "--otlp-listen", `127.0.0.1:${otlpPort}`, "--otlp-grpc-listen", `127.0.0.1:${otlpGrpcPort}`, ...args];
+  const argv = [node, path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0", "--otlp-grpc-listen", "127.0.0.1:0", ...args];
   const [command, ...commandArgs] = options.wrap ? options.wrap(argv) : argv;
   const child = spawn(command!, commandArgs, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   const events: LossEvent[] = [];
@@ -72,17 +87,32 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
       if (line.trim()) events.push(JSON.parse(line) as LossEvent);
     }
   });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => stderr.push(...chunk.split("\n").filter(Boolean)));
-  const url = `http://127.0.0.1:${port}`;
+  // An object, so that the loop below sees what the listener sets.
+  const announced: { ready: ReadyLine | null } = { ready: null };
+  let partial = "";
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+    stderr.push(...chunk.split("\n").filter(Boolean));
+    partial += chunk;
+    let nl: number;
+    while (announced.ready === null && (nl = partial.indexOf("\n")) !== -1) {
+      announced.ready = readyLine(partial.slice(0, nl));
+      partial = partial.slice(nl + 1);
+    }
+  });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const deadline = Date.now() + 90_000;
+  let ready: ReadyLine;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`agent exited with ${child.exitCode}: ${stderr.join("\n")}`);
-    try {
-      const res = await fetch(`${url}/readyz`);
-      if (res.ok) break;
-    } catch {
-      // not listening yet
+    if (announced.ready !== null) {
+      ready = announced.ready;
+      try {
+        // The ready line comes once every stage started; /readyz may still wait for the probe.
+        const res = await fetch(`http://127.0.0.1:${ready.listen.port}/readyz`);
+        if (res.ok) break;
+      } catch {
+        // not answering yet
+      }
     }
     if (Date.now() > deadline) {
       child.kill("SIGKILL");
@@ -90,12 +120,14 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
     }
     await new Promise((r) => setTimeout(r, 200));
   }
+  const url = `http://127.0.0.1:${ready.listen.port}`;
   const metrics = async (): Promise<Map<string, number>> => parseMetrics(await (await fetch(`${url}/metrics`)).text());
+  const { otlp, otlpGrpc } = ready;
   return {
     child,
     url,
-    otlpPort,
-    otlpGrpcPort,
+    otlpPort: otlp.port,
+    otlpGrpcPort: otlpGrpc?.port ?? 0,
     events,
     stderr,
     metrics,
