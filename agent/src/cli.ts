@@ -132,9 +132,18 @@ addConfigFlags(program.command("probe").description("print the rendered bpftrace
 
 // The agent's own flags, env and config file: run in the pod, doctor checks
 // exactly what the agent there would use (its --proc-root, its bpftrace).
+// With --binary it only says whether that operator binary is covered.
 addConfigFlags(
-  program.command("doctor").description("check kernel, tracefs, BTF, bpftrace, privileges and the host /proc; say what to fix"),
+  program
+    .command("doctor")
+    .description("check kernel, tracefs, BTF, bpftrace, privileges and the host /proc; say what to fix")
+    .option("--binary <path>", "only say, in one line, whether this operator binary's requests are followed one by one, and why not"),
 ).action(async (opts: Record<string, unknown>) => {
+  if (typeof opts.binary === "string") {
+    const { runBinaryCoverage } = await import("./binaryCoverage.ts");
+    process.exitCode = await runBinaryCoverage(opts.binary, process.stdout);
+    return;
+  }
   const config = configOrExit(opts, createLogger(process.stderr));
   const { runDoctor } = await import("./doctor.ts");
   process.exitCode = await runDoctor({ bpftrace: config.bpftrace, procRoot: config["proc-root"], out: process.stdout });

@@ -19,8 +19,12 @@ export const SPAN_REJECT_REASONS = [
 ] as const;
 export type SpanRejectReason = (typeof SPAN_REJECT_REASONS)[number];
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
-/** lostwrite_go_targets: how a target is covered beyond the socket path. */
-export const GO_COVERAGES = ["requests"] as const;
+/**
+ * lostwrite_go_targets: how a Go target is covered. "requests": followed one
+ * by one; "unverified_layout": its HTTP/2 client is of a Go or x/net version
+ * whose struct layout is not verified, so it is on the socket path alone.
+ */
+export const GO_COVERAGES = ["requests", "unverified_layout"] as const;
 
 /** Keeps a label value inside its closed set. */
 export function closed<T extends readonly string[]>(set: T, value: string): T[number] | "other" {
@@ -191,7 +195,7 @@ export class AgentMetrics {
   });
   readonly goTargets = new Gauge({
     name: "lostwrite_go_targets",
-    help: "Targets whose requests are followed one by one (coverage=requests): Go binaries with a probed HTTP/2 client.",
+    help: "Go targets by coverage: requests followed one by one (requests), or on the socket path alone because their HTTP/2 client's Go or x/net version has no verified layout (unverified_layout).",
     labelNames: ["coverage"],
     registers: [this.registry],
   });

@@ -12,6 +12,7 @@ import { findSection, readElfImage, type ElfImage } from "./elfImage.ts";
 import { findFunctionEntries } from "./functionEntries.ts";
 import { fileOffsetOf, segmentContaining } from "./fileOffset.ts";
 import { FIRST_REGISTER_ABI_MINOR, goMinorFromVersion, oldestMinorForLayout } from "./goRelease.ts";
+import { layoutFor, type Http2Layout } from "./http2Layouts.ts";
 import { allHttp2Symbols, HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2FamilyName, type Http2Function } from "./http2Families.ts";
 import { NotInspectable } from "./notInspectable.ts";
 import { locatePclntab, type PclntabLocation } from "./pclntabLocation.ts";
@@ -35,6 +36,14 @@ export interface FunctionLocation {
 export interface Http2Family {
   name: Http2FamilyName;
   functions: Record<Http2Function, FunctionLocation>;
+  /** Where its structs' fields are, for the Go and x/net versions that built it (http2Layouts.ts). */
+  layout: Http2Layout;
+}
+
+/** A family with every function found, of a Go or x/net version whose layout is not verified: left to the socket path. */
+export interface UnverifiedHttp2Family {
+  name: Http2FamilyName;
+  reason: string;
 }
 
 export interface IncompleteHttp2Family {
@@ -60,6 +69,8 @@ export interface GoBinaryInspected {
   families: Http2Family[];
   /** Families with some but not all functions: usually a release whose code the probes do not know. */
   incompleteFamilies: IncompleteHttp2Family[];
+  /** Complete families of versions outside every verified layout. */
+  unverifiedFamilies: UnverifiedHttp2Family[];
   /** Where the uprobes go: see probePlacement. */
   probePlacement: ProbePlacement;
 }
@@ -78,6 +89,8 @@ export interface GoBinaryRejected {
   ok: false;
   path: string;
   reason: string;
+  /** Its HTTP/2 client is there, of Go or x/net versions whose layout is not verified (the others: no Go, no HTTP/2 client, unreadable). */
+  unverifiedLayout?: true;
 }
 
 export type GoBinaryReport = GoBinaryInspected | GoBinaryRejected;
@@ -92,9 +105,12 @@ export async function inspectGoBinary(path: string): Promise<GoBinaryReport> {
       await source.close();
     }
   } catch (error) {
-    return { ok: false, path, reason: rejectionReason(error) };
+    return { ok: false, path, reason: rejectionReason(error), ...(error instanceof UnverifiedLayout ? { unverifiedLayout: true as const } : {}) };
   }
 }
+
+/** Every complete family's layout is unverified for the versions that built the binary. */
+class UnverifiedLayout extends NotInspectable {}
 
 function rejectionReason(error: unknown): string {
   if (error instanceof NotInspectable) return error.message;
@@ -124,18 +140,24 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
   const entries = await findFunctionEntries(source, pclntab, allHttp2Symbols());
   const families: Http2Family[] = [];
   const incompleteFamilies: IncompleteHttp2Family[] = [];
+  const unverifiedFamilies: UnverifiedHttp2Family[] = [];
   const placement: ProbePlacement = findSection(image, ".symtab") === undefined ? "stack check branch" : "entry";
+  const xNet = buildInfo?.modules.get("golang.org/x/net") ?? null;
   for (const name of HTTP2_FAMILY_NAMES) {
     const found = HTTP2_FUNCTIONS.filter((fn) => entries.has(HTTP2_SYMBOLS[name][fn]));
     if (found.length === HTTP2_FUNCTIONS.length) {
-      families.push({ name, functions: await locateFunctions(source, image, name, entries, placement) });
+      // A layout is told by the versions in the build info, never by the pclntab's guess at the oldest release.
+      const layout = minorFromBuildInfo === null ? `its ${name} HTTP/2 client: no Go version in the build info to tell its layout by` : layoutFor(name, goMinor, xNet);
+      if (typeof layout === "string") unverifiedFamilies.push({ name, reason: layout });
+      else families.push({ name, functions: await locateFunctions(source, image, name, entries, placement), layout });
     } else if (found.length > 0) {
       incompleteFamilies.push({ name, found, missing: HTTP2_FUNCTIONS.filter((fn) => !found.includes(fn)) });
     }
   }
   if (families.length === 0) {
+    if (unverifiedFamilies.length > 0) throw new UnverifiedLayout(unverifiedFamilies.map((f) => f.reason).join("; "));
     if (incompleteFamilies.length === 0) {
-      throw new NotInspectable("no HTTP/2 client linked (neither net/http's bundled http2 nor golang.org/x/net/http2)");
+      throw new NotInspectable("no HTTP/2 client linked (neither net/http's http2 nor golang.org/x/net/http2)");
     }
     const missing = incompleteFamilies.map((f) => `${f.name} lacks ${f.missing.join(", ")}`).join("; ");
     throw new NotInspectable(`HTTP/2 client of an unknown layout: ${missing}`);
@@ -149,9 +171,10 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
     goMinorFrom: minorFromBuildInfo === null ? "pclntab layout" : "build info",
     pclntabLayout: layout,
     pclntabFoundBy: pclntab.foundBy,
-    xNet: buildInfo?.modules.get("golang.org/x/net") ?? null,
+    xNet,
     families,
     incompleteFamilies,
+    unverifiedFamilies,
     probePlacement: placement,
   };
 }

@@ -7,16 +7,16 @@
 // goroutine's stack, and Go moves stacks — the process would crash. Every
 // value is read at a function's entry, from the registers of Go's register
 // ABI (Go 1.17+ on amd64: arguments in AX, BX, CX, DI, SI, …, the current
-// goroutine in R14) and from the structs they point at. The offsets below are
-// the same in net/http's bundled copy and in golang.org/x/net/http2, from
-// Go 1.19 to 1.23 (x/net 0.7 to 0.30): the e2e tests run these probes on
-// real binaries of both families, and on kubectl.
+// goroutine in R14) and from the structs they point at, at the offsets of the
+// family's verified layout (goBinary/http2Layouts.ts): the e2e tests run these
+// probes on real binaries of every family, and on kubectl.
 //
 // bpftrace needs --unsafe to attach a uprobe at a raw offset into a binary
 // without symbols; the program uses nothing else that flag unlocks (no
 // system(), no signal(), no writes to user memory).
 import type { Http2Family } from "../goBinary/inspectGoBinary.ts";
 import type { Http2Function } from "../goBinary/http2Families.ts";
+import type { Http2Layout } from "../goBinary/http2Layouts.ts";
 import { ANNOUNCE, FOLLOWED, renderFollowedPids, type FollowedPidsOptions } from "../probe/followedPids.ts";
 
 /** Longest piece of a path printed in one line; keeps a printf's stack use under bpftrace's 512 bytes. */
@@ -34,16 +34,16 @@ export interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit">
   families: readonly Http2Family[];
 }
 
-// The socket of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word at
-// +16) is a *tls.Conn, whose conn (data word at +8) is a *net.TCPConn, whose
-// first word is its *netFD, whose poll.FD has Sysfd at +16. Then through the
+// The socket of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word
+// 8 further) is a *tls.Conn, whose conn (a net.Conn too) is a *net.TCPConn,
+// whose conn's fd is its *netFD, whose poll.FD has Sysfd. Then through the
 // task's file table to the socket; 0 when the descriptor is no socket (or is
 // closed already: Go sets Sysfd to -1).
-const SOCKET = `
-		$tls = *(uint64 *)($cc + 16);
-		$tcp = *(uint64 *)($tls + 8);
-		$netfd = *(uint64 *)$tcp;
-		$fd = *(int64 *)($netfd + 16);
+const socketOf = (l: Http2Layout): string => `
+		$tls = *(uint64 *)($cc + ${l.connTconn + 8});
+		$tcp = *(uint64 *)($tls + ${l.tlsConnConn + 8});
+		$netfd = *(uint64 *)($tcp + ${l.tcpConnFd});
+		$fd = *(int64 *)($netfd + ${l.netFdSysfd});
 		$sk = (struct sock *)kptr(0);
 		if ($fd >= 0 && $fd < 1048576) {
 			$file = (struct file *)*(curtask->files->fdt->fd + $fd);
@@ -90,12 +90,13 @@ const PATH = `
 		}`;
 
 /**
- * What each probed function reads; `$cc` etc. are bpftrace variables. What
- * is kept between probes (per goroutine, per connection) is keyed by pid as
- * well: the processes of one binary (an operator's replicas on one node)
- * allocate alike, so their goroutines and connections share addresses.
+ * What each probed function reads, at the offsets of `l`; `$cc` etc. are
+ * bpftrace variables. What is kept between probes (per goroutine, per
+ * connection) is keyed by pid as well: the processes of one binary (an
+ * operator's replicas on one node) allocate alike, so their goroutines and
+ * connections share addresses.
  */
-const BODIES: Record<Http2Function, string> = {
+const bodiesOf = (l: Http2Layout): Record<Http2Function, string> => ({
   // (*clientStream).writeRequest(cs, req): this goroutine writes req on cs
   // now. A process's first request announces that it is followed.
   writeRequest: `${ANNOUNCE}
@@ -103,8 +104,8 @@ const BODIES: Record<Http2Function, string> = {
 	@go_cs[pid, reg("r14")] = reg("ax");`,
   // (*ClientConn).writeHeaders(cc, streamID, endStream, …), on the goroutine
   // of writeRequest: the request got its stream id. Later calls (trailers)
-  // find nothing remembered. http.Request: Method (a string) at +0, URL at
-  // +16; url.URL.Path at +56.
+  // find nothing remembered. The request's Method (a string) and URL; the
+  // URL's Path.
   writeHeaders: `
 	$g = reg("r14");
 	$req = @go_req[pid, $g];
@@ -114,38 +115,39 @@ const BODIES: Record<Http2Function, string> = {
 		delete(@go_cs[pid, $g]);
 		$cc = reg("ax");
 		$id = reg("bx") & 0xffffffff;
-		$method = *(uint64 *)$req;
-		$methodLen = *(uint64 *)($req + 8);
-		$url = *(uint64 *)($req + 16);
-		$path = *(uint64 *)($url + 56);
-		$pathLen = *(uint64 *)($url + 64);${SOCKET}${PEER_OF_SOCKET}
+		$method = *(uint64 *)($req + ${l.requestMethod});
+		$methodLen = *(uint64 *)($req + ${l.requestMethod + 8});
+		$url = *(uint64 *)($req + ${l.requestUrl});
+		$path = *(uint64 *)($url + ${l.urlPath});
+		$pathLen = *(uint64 *)($url + ${l.urlPath + 8});${socketOf(l)}${PEER_OF_SOCKET}
 		// Kept for the connection's end, when its descriptor may be closed already.
 		if ((uint64)$sk != 0) {
 			@go_conn_sk[pid, $cc] = (uint64)$sk;
 		}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}
 	}`,
-  // (*clientConnReadLoop).processHeaders(rl, f *MetaHeadersFrame): rl.cc at
-  // +0; f's *HeadersFrame at +0 (StreamID at +8 of it), Fields
-  // ([]hpack.HeaderField: Name, Value strings) at +8, their count at +16.
+  // (*clientConnReadLoop).processHeaders(rl, f *MetaHeadersFrame): rl.cc;
+  // f's *HeadersFrame (its StreamID) and Fields ([]hpack.HeaderField: Name,
+  // Value strings; the slice's length 8 after its pointer). The first field
+  // of a response is :status.
   processHeaders: `
-	$cc = *(uint64 *)reg("ax");
+	$cc = *(uint64 *)(reg("ax") + ${l.readLoopConn});
 	$f = reg("bx");
-	$id = *(uint32 *)(*(uint64 *)$f + 8);
-	$fields = *(uint64 *)($f + 8);
-	if (*(uint64 *)($f + 16) > 0) {
-		$nameLen = *(uint64 *)($fields + 8);
-		$valueLen = *(uint64 *)($fields + 24);
+	$id = *(uint32 *)(*(uint64 *)($f + ${l.metaHeadersFrame}) + ${l.frameStreamId});
+	$fields = *(uint64 *)($f + ${l.metaFields});
+	if (*(uint64 *)($f + ${l.metaFields + 8}) > 0) {
+		$nameLen = *(uint64 *)($fields + ${l.fieldName + 8});
+		$valueLen = *(uint64 *)($fields + ${l.fieldValue + 8});
 		printf("go_headers %llu %d %llu %d %s %s\\n", nsecs, pid, $cc, $id,
-			str(*(uint64 *)$fields, $nameLen > 16 ? 16 : $nameLen), str(*(uint64 *)($fields + 16), $valueLen > 16 ? 16 : $valueLen));
+			str(*(uint64 *)($fields + ${l.fieldName}), $nameLen > 16 ? 16 : $nameLen), str(*(uint64 *)($fields + ${l.fieldValue}), $valueLen > 16 ? 16 : $valueLen));
 	}`,
-  // processResetStream(rl, f *RSTStreamFrame): StreamID at +8, ErrCode at +12.
+  // processResetStream(rl, f *RSTStreamFrame): its StreamID and ErrCode.
   processResetStream: `
 	$f = reg("bx");
-	printf("go_reset %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)reg("ax"), *(uint32 *)($f + 8), *(uint32 *)($f + 12));`,
-  // processGoAway(rl, f *GoAwayFrame): LastStreamID at +12, ErrCode at +16.
+	printf("go_reset %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)(reg("ax") + ${l.readLoopConn}), *(uint32 *)($f + ${l.frameStreamId}), *(uint32 *)($f + ${l.rstErrCode}));`,
+  // processGoAway(rl, f *GoAwayFrame): LastStreamID and ErrCode.
   processGoAway: `
 	$f = reg("bx");
-	printf("go_goaway %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)reg("ax"), *(uint32 *)($f + 12), *(uint32 *)($f + 16));`,
+	printf("go_goaway %llu %d %llu %d %d\\n", nsecs, pid, *(uint64 *)(reg("ax") + ${l.readLoopConn}), *(uint32 *)($f + ${l.goAwayLastStreamId}), *(uint32 *)($f + ${l.goAwayErrCode}));`,
   // (*clientConnReadLoop).cleanup(rl): the read loop ended; the socket's
   // state says who ended it (CLOSE_WAIT: the server's FIN; CLOSE: a reset or
   // a timeout). Another goroutine may have closed the descriptor first (a
@@ -154,27 +156,28 @@ const BODIES: Record<Http2Function, string> = {
   // by then; the read cannot fault, and a freed socket's memory keeps the
   // state it died in until it is reused (measured: 85 of 85 resets right).
   cleanup: `
-	$cc = *(uint64 *)reg("ax");${SOCKET}
+	$cc = *(uint64 *)(reg("ax") + ${l.readLoopConn});${socketOf(l)}
 		if ((uint64)$sk == 0) {
 			$sk = (struct sock *)@go_conn_sk[pid, $cc];
 		}
 		delete(@go_conn_sk[pid, $cc]);${PEER_OF_SOCKET}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
-  // (*clientStream).abortStream(cs, err): cs.cc at +0.
+  // (*clientStream).abortStream(cs, err): cs.cc.
   abortStream: `
-	printf("go_abort %llu %d %d %llu %llu\\n", nsecs, pid, tid, *(uint64 *)reg("ax"), reg("ax"));`,
-};
+	printf("go_abort %llu %d %d %llu %llu\\n", nsecs, pid, tid, *(uint64 *)(reg("ax") + ${l.streamConn}), reg("ax"));`,
+});
 
 /** The program text; bpftrace runs it as `bpftrace --unsafe -f json FILE AGENT_HOST_PID`. */
 export function renderGoProgram(target: GoProbeTarget): string {
   if (/["\s]/.test(target.binary)) throw new RangeError(`Go probe binary path must not hold quotes or spaces: "${target.binary}"`);
   if (target.families.length === 0) throw new RangeError(`Go probe for ${target.binary}: no HTTP/2 family to probe`);
   const followed = renderFollowedPids(target);
-  const probes = target.families.flatMap((family) =>
-    (Object.keys(BODIES) as Http2Function[]).map((fn) => {
+  const probes = target.families.flatMap((family) => {
+    const bodies = bodiesOf(family.layout);
+    return (Object.keys(bodies) as Http2Function[]).map((fn) => {
       const location = family.functions[fn];
-      return `// ${location.symbol}\nuprobe:${target.binary}:0x${location.probeOffset.toString(16)} /${FOLLOWED}/ {${BODIES[fn]}\n}`;
-    }),
-  );
+      return `// ${location.symbol}\nuprobe:${target.binary}:0x${location.probeOffset.toString(16)} /${FOLLOWED}/ {${bodies[fn]}\n}`;
+    });
+  });
   return [
     "// Generated by lostwrite for one Go binary: see agent/src/sources/goHttp2/goProbeProgram.ts.",
     `// Families: ${target.families.map((f) => f.name).join(", ")}; program ${target.programId}.`,

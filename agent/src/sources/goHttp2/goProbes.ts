@@ -8,7 +8,7 @@ import { readlinkSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import path from "node:path";
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
-import { inspectGoBinary, type GoBinaryInspected } from "../goBinary/inspectGoBinary.ts";
+import { inspectGoBinary, type GoBinaryReport } from "../goBinary/inspectGoBinary.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
@@ -25,8 +25,10 @@ export interface GoProbesOptions extends UprobeContext {
 export class GoProbes {
   readonly name = "go probes";
   readonly #o: Required<GoProbesOptions>;
-  /** dev:inode → what inspecting the binary found; a string says why it cannot be probed. */
-  readonly #inspected = new Map<string, GoBinaryInspected | string>();
+  /** dev:inode → what inspecting the binary found; a rejection says why it cannot be probed. */
+  readonly #inspected = new Map<string, GoBinaryReport>();
+  /** Targets left to the socket path because their client's layout is not verified. */
+  readonly #unverified = new Set<number>();
   readonly #programs: UprobePrograms;
   #ticker: AdaptiveTicker | null = null;
 
@@ -80,6 +82,7 @@ export class GoProbes {
 
   async #apply({ added, removed }: TargetChanges): Promise<void> {
     for (const { pid } of removed) {
+      this.#unverified.delete(pid);
       if (!this.#programs.isFollowed(pid)) continue;
       await this.#programs.remove(pid);
       this.#o.requests.forget(pid, this.#o.nowNs());
@@ -88,7 +91,10 @@ export class GoProbes {
       const key = await this.#binaryKey(pid);
       if (key === null) continue;
       const inspected = this.#inspected.get(key) ?? (await this.#inspect(key, pid));
-      if (typeof inspected === "string") continue;
+      if (!inspected.ok) {
+        if (inspected.unverifiedLayout) this.#unverified.add(pid);
+        continue;
+      }
       await this.#programs.add(pid, key, () => ({
         // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
         path: this.#exe(pid),
@@ -99,6 +105,7 @@ export class GoProbes {
       }));
     }
     this.#o.metrics.goTargets.set({ coverage: "requests" }, this.#programs.followed);
+    this.#o.metrics.goTargets.set({ coverage: "unverified_layout" }, this.#unverified.size);
   }
 
   async #binaryKey(pid: number): Promise<string | null> {
@@ -112,17 +119,19 @@ export class GoProbes {
     }
   }
 
-  async #inspect(key: string, pid: number): Promise<GoBinaryInspected | string> {
+  async #inspect(key: string, pid: number): Promise<GoBinaryReport> {
     const report = await inspectGoBinary(this.#exe(pid));
-    const inspected = report.ok ? report : report.reason;
     if (report.ok) {
       this.#o.log.info("Go HTTP/2 client found: requests are followed", {
-        pid, go: report.goVersion, families: report.families.map((f) => f.name), uprobesAt: report.probePlacement,
+        pid, go: report.goVersion, xNet: report.xNet?.version ?? null, families: report.families.map((f) => f.name), uprobesAt: report.probePlacement,
+        ...(report.unverifiedFamilies.length > 0 ? { notFollowed: report.unverifiedFamilies.map((f) => f.reason) } : {}),
       });
+    } else if (report.unverifiedLayout) {
+      this.#o.log.warn("Go HTTP/2 client of a version whose layout is not verified: socket path only", { pid, reason: report.reason });
     } else {
       this.#o.log.info("target binary cannot be followed per request; socket path only", { pid, reason: report.reason });
     }
-    this.#inspected.set(key, inspected);
+    this.#inspected.set(key, report);
     if (this.#inspected.size > this.#o.binaryCapacity) {
       // Forget the oldest binary that no target runs any more.
       for (const oldKey of this.#inspected.keys()) {
@@ -133,7 +142,7 @@ export class GoProbes {
         }
       }
     }
-    return inspected;
+    return report;
   }
 
   /** The name the logs give a binary: what /proc/<pid>/exe points at (read once, when its program is made). */

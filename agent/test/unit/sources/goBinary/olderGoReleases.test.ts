@@ -1,6 +1,7 @@
 // Go releases the local toolchain cannot build, from synthetic ELF files: Go
 // 1.17 (register ABI, but the 1.16 pclntab and the pointer-format build info)
-// is inspectable; Go 1.16 and older are turned down by version, and so is a
+// is read, and left to the socket path since no layout of its HTTP/2 client
+// is verified; Go 1.16 and older are turned down by version, and so is a
 // 1.16-layout table whose version cannot be read. The same files check the
 // decisions that need odd tables: a name that is only the tail of another
 // function's name, a family with a function missing, an entry that is not code.
@@ -21,6 +22,8 @@ const MAIN: SyntheticFunction = { name: "main.main", at: 0x40 };
 // first in the name table; the wanted function must still be the one found.
 const DECOY: SyntheticFunction = { name: `example.com/fork/${XNET.writeHeaders}`, at: 0x20 };
 const MODULES = ["path\texample.com/operator", "mod\texample.com/operator\t(devel)\t", "dep\tgolang.org/x/net\tv0.0.0-20210805182204-aaa1db679c0d\th1:abc="];
+/** A release and x/net of a verified layout, claimed by files whose point is how their table is read. */
+const VERIFIED_MODULES = ["path\texample.com/operator", "mod\texample.com/operator\t(devel)\t", "dep\tgolang.org/x/net\tv0.7.0\th1:abc="];
 
 describe("inspectGoBinary on Go releases before 1.18", () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-oldgo-"));
@@ -33,14 +36,22 @@ describe("inspectGoBinary on Go releases before 1.18", () => {
   };
   const reason = (report: GoBinaryReport): string => (report.ok ? assert.fail("expected a rejection") : report.reason);
 
-  it("reads Go 1.17: the 1.16 pclntab with absolute entries, found by scanning, and the pointer-format build info", async () => {
+  it("reads Go 1.17's pointer-format build info, and leaves its client to the socket path: no layout verified for it, by version", async () => {
     const report = await inspect({ magic: "go1.16", goVersion: "go1.17.13", modules: MODULES, functions: [DECOY, MAIN, ...XNET_FUNCTIONS] });
+    assert.equal(
+      reason(report),
+      "its x/net HTTP/2 client, built with Go 1.17 and golang.org/x/net v0.0.0-20210805182204-aaa1db679c0d, is of no verified layout (verified: Go 1.19–1.27 with x/net v0.7.0–v0.63.0)",
+    );
+    assert.equal(report.ok || report.unverifiedLayout, true);
+  });
+
+  it("reads the 1.16 pclntab with absolute entries, found by scanning", async () => {
+    const report = await inspect({ magic: "go1.16", goVersion: "go1.19.13", modules: VERIFIED_MODULES, functions: [DECOY, MAIN, ...XNET_FUNCTIONS] });
     if (!report.ok) assert.fail(report.reason);
-    assert.equal(report.goVersion, "go1.17.13");
-    assert.equal(report.goMinor, 17);
+    assert.equal(report.goVersion, "go1.19.13");
     assert.equal(report.pclntabLayout, "go1.16");
     assert.equal(report.pclntabFoundBy, "scan");
-    assert.deepEqual(report.xNet, { path: "golang.org/x/net", version: "v0.0.0-20210805182204-aaa1db679c0d", replacement: null });
+    assert.deepEqual(report.xNet, { path: "golang.org/x/net", version: "v0.7.0", replacement: null });
     assert.deepEqual(report.families.map((f) => f.name), ["x/net"]);
     for (const [i, fn] of HTTP2_FUNCTIONS.entries()) {
       const expected = XNET_FUNCTIONS[i]!;
@@ -77,7 +88,7 @@ describe("inspectGoBinary on Go releases before 1.18", () => {
 
   it("refuses an entry whose bytes are not a Go function's start", async () => {
     const functions = XNET_FUNCTIONS.map((fn) => (fn.name === XNET.processGoAway ? { ...fn, noStackCheck: true } : fn));
-    const report = await inspect({ magic: "go1.16", goVersion: "go1.17.1", functions: [MAIN, ...functions] });
+    const report = await inspect({ magic: "go1.16", goVersion: "go1.19.1", modules: VERIFIED_MODULES, functions: [MAIN, ...functions] });
     assert.match(reason(report), /processGoAway at 0x[0-9a-f]+ does not begin with Go's amd64 stack check/);
   });
 });

@@ -9,6 +9,7 @@ import path from "node:path";
 import { describe, it } from "node:test";
 import { headerName, PRINTF_CONVERSIONS, PROBE_FAMILIES, PROBE_LINES, SOCKETS_VARIANT_ONLY, type FieldType, type PrintfKind, type PrintfRecord } from "../../../../src/sources/probe/probeLines.ts";
 import { parseProbeLine } from "../../../../src/sources/probe/probeOutput.ts";
+import { HTTP2_LAYOUTS } from "../../../../src/sources/goBinary/http2Layouts.ts";
 import { HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2Function } from "../../../../src/sources/goBinary/http2Families.ts";
 import { renderGoProgram } from "../../../../src/sources/goHttp2/goProbeProgram.ts";
 import { renderTlsProgram, TLS_ANSWER_MIN_BYTES } from "../../../../src/sources/tls/tlsProbeProgram.ts";
@@ -199,6 +200,7 @@ void describe("the generated Go HTTP/2 program", () => {
   const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4 });
   const families = HTTP2_FAMILY_NAMES.map((name, f) => ({
     name,
+    layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
     functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, location(HTTP2_SYMBOLS[name][fn], 0x1000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof location>>,
   }));
   const text = renderGoProgram({ binary: "/proc/9/fd/12", families, programId: 3, pids: [42, 7], execWatch: true });
@@ -217,6 +219,11 @@ void describe("the generated Go HTTP/2 program", () => {
       assert.equal(filter, "@lw_pids[(uint64)pid]");
     }
     assert.doesNotMatch(text, /uretprobe/, "never a return probe on Go code");
+  });
+
+  void it("reads each family's request at its layout's offsets: Go 1.27's ClientRequest has a Context before Method and URL", () => {
+    const methodReads = [...text.matchAll(/\$method = \*\(uint64 \*\)\(\$req \+ (\d+)\);\n.*\n\t*\$url = \*\(uint64 \*\)\(\$req \+ (\d+)\);/g)].map((m) => `${m[1]}/${m[2]}`);
+    assert.deepEqual(methodReads, HTTP2_FAMILY_NAMES.map((name) => (name === "internal" ? "16/32" : "0/16")));
   });
 
   void it("keys what it keeps between probes by pid too: two processes of one binary share heap addresses", () => {
