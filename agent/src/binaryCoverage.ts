@@ -10,7 +10,7 @@ export function coverageLine(report: GoBinaryReport): { covered: boolean; line: 
     return { covered: false, line: `not covered (${what}): ${report.path}: ${report.reason}` };
   }
   const built = [report.goVersion ?? `Go 1.${report.goMinor} or later (no build info)`, report.xNet ? `golang.org/x/net ${report.xNet.version}` : null].filter(Boolean).join(", ");
-  const families = report.families.map((f) => f.name).join(", ");
+  const families = report.families.map((f) => `${f.name}, layout from ${f.layoutFrom === "dwarf" ? "its DWARF" : "the verified table"}`).join("; ");
   const left = report.unverifiedFamilies.length > 0 ? `; not followed: ${report.unverifiedFamilies.map((f) => f.reason).join("; ")}` : "";
   return { covered: true, line: `covered: ${report.path} (${built}): requests followed (HTTP/2 client families: ${families}), uprobes at ${report.probePlacement}${left}` };
 }

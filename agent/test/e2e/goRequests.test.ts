@@ -10,51 +10,33 @@
 // Short-lived and restarting clients (kubectl, a crash-looping operator) are
 // uprobeLifecycle.test.ts's.
 import assert from "node:assert/strict";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
-import type { RuleInput } from "../../../testbed/apiserver/scenario.ts";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
-import type { LossEvent } from "../../src/model.ts";
 import { repoPath } from "../repoPath.ts";
 import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { goOperatorFaults, loggedFor, type GoOperatorFaults, type Operator } from "./support/goOperatorFaults.ts";
 import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
 const WIDGETS = "demo.lostwrite.dev/v1/widgets";
-/** The operator's timeout for one status write. */
-const WRITE_TIMEOUT = "1s";
 /** How long the agent waits for a refused write's retry (its correlation window). */
 const RETRY_WAIT = "2s";
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
-/**
- * Whether the agent logged that a Go probe program follows `pid`, or no
- * longer does. Per pid, not a count of programs: one program follows every
- * process of its binary.
- */
-const loggedFor = (log: LogLine[], msg: "Go probe follows" | "Go probe no longer follows", pid: number): boolean =>
-  log.some((line) => line.msg === msg && line.pid === pid);
-
-interface Operator {
-  child: ChildProcess;
-  pid: number;
-  namespace: string;
-  stop(): Promise<void>;
-}
 
 describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: skipWithoutKernelOrGo(), timeout: 420_000 }, () => {
   let dir: string;
   let api: Apiserver;
   let agent: AgentProcess;
   let agentLog: LogLine[];
+  let faults: GoOperatorFaults;
   const binaries: Record<"stripped" | "symbols", string> = { stripped: "", symbols: "" };
-  let widgetSeq = 0;
 
   before(async () => {
     assertKernelRequirements();
@@ -74,6 +56,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       "--span-grace", "0s",
     ]);
     agentLog = followLog(agent.child);
+    faults = goOperatorFaults(api, agent, agentLog);
   });
 
   after(async () => {
@@ -83,132 +66,58 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  async function startOperator(binary: string, family: "xnet" | "std", namespace: string, timeout = WRITE_TIMEOUT): Promise<Operator> {
-    const child = spawn(binary, [
-      "--server", api.url, "--namespace", namespace, "--mode", "swallow", "--family", family,
-      "--timeout", timeout, "--otlp", `http://127.0.0.1:${agent.otlpPort}`,
-    ], { stdio: ["ignore", "pipe", "inherit"] });
-    const pid = child.pid!;
-    const stop = async (): Promise<void> => {
-      if (child.exitCode === null) {
-        child.kill("SIGKILL");
-        await new Promise((resolve) => child.once("exit", resolve));
-      }
-      await waitFor(`the Go probe to let the stopped operator [${pid}] go`, () => loggedFor(agentLog, "Go probe no longer follows", pid), 30_000);
-    };
-    // Followed by its binary's program: uprobes on the binary, reporting for its pid.
-    await waitFor(`the Go probe of ${path.basename(binary)} to follow [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), 30_000);
-    assert.ok((await agent.metric("lostwrite_go_probes_attached")) >= 1, "an attached program is counted");
-    return { child, pid, namespace, stop };
-  }
-
-  /** A new widget the operator reconciles at once (its watch sees it): one status PATCH, faulted by `rule`. */
-  function statusWrite(op: Operator, rule: { action: RuleInput["action"]; [key: string]: unknown } | null): { name: string; path: string } {
-    const name = `w${++widgetSeq}`;
-    const statusPath = `/apis/demo.lostwrite.dev/v1/namespaces/${op.namespace}/widgets/${name}/status`;
-    if (rule) api.control.addRule({ ...rule, method: "PATCH", path: statusPath });
-    api.store.commit(WIDGETS, { apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name, namespace: op.namespace, generation: 1 }, spec: { size: 1 } });
-    return { name, path: statusPath };
-  }
-
-  const eventsFor = (statusPath: string): LossEvent[] => agent.events.filter((e) => e.request?.path === statusPath);
-  const landed = (op: Operator, name: string): boolean =>
-    (api.store.get(WIDGETS, op.namespace, name)?.status as { observedGeneration?: number } | undefined)?.observedGeneration === 1;
-
-  /** Waits for the one event of a lost write, then a little longer: a second one (an echo) must not follow. */
-  async function oneLoss(op: Operator, statusPath: string, name: string): Promise<LossEvent> {
-    await waitFor(`the loss of ${statusPath}`, () => eventsFor(statusPath).length > 0, 20_000);
-    await sleep(2500);
-    const events = eventsFor(statusPath);
-    assert.equal(events.length, 1, `one lost request, one event: ${JSON.stringify(events)}`);
-    const event = events[0]!;
-    assert.equal(event.pid, op.pid);
-    assert.equal(event.request?.method, "PATCH");
-    assert.equal(typeof event.request?.stream_id, "number");
-    assert.deepEqual(event.request?.object, { namespace: op.namespace, resource: "widgets", name, subresource: "status" });
-    assert.equal(event.apiserver, `127.0.0.1:${api.port}`);
-    const socketPath = agent.events.filter((e) => e.pid === op.pid && e.request === null);
-    assert.deepEqual(socketPath, [], "the socket path's view of the same deaths is folded into the requests' events");
-    return event;
-  }
-
   async function retried(code: string): Promise<number> {
     return agent.metric("lostwrite_status_write_retried_total", { code });
   }
 
-  /** The faults every variant must get right: a reset and a close while the watch streams, a rejection, a hung write. */
-  async function coreVerdicts(op: Operator): Promise<void> {
-    const reset = statusWrite(op, { action: "reset" });
-    const resetEvent = await oneLoss(op, reset.path, reset.name);
-    assert.equal(resetEvent.cause, "connection_reset");
-    // The swallow operator's reconcile span says all went well: a silent loss, matched to its span by its path.
-    assert.deepEqual([resetEvent.correlation, resetEvent.noticed, resetEvent.reconcile?.name], ["span", "no", reset.name], JSON.stringify(resetEvent));
-
-    const closedConnections = (): Promise<number> => agent.metric("lostwrite_apiserver_connection_losses_total", { reason: "closed_unanswered" });
-    const closedBefore = await closedConnections();
-    const closed = statusWrite(op, { action: "close" });
-    assert.equal((await oneLoss(op, closed.path, closed.name)).cause, "connection_closed_unanswered");
-    // The connection as well: its watch was answered long ago, the PATCH was not.
-    assert.equal((await closedConnections()) - closedBefore, 1, "one connection closed by the apiserver with a request unanswered");
-
-    const rejected = statusWrite(op, { action: "status", code: 409 });
-    const rejectedEvent = await oneLoss(op, rejected.path, rejected.name);
-    assert.deepEqual([rejectedEvent.cause, rejectedEvent.request?.status_code], ["http_rejected", 409]);
-
-    const hung = statusWrite(op, { action: "delay", for: 3000 });
-    const hungEvent = await oneLoss(op, hung.path, hung.name);
-    assert.equal(hungEvent.cause, "client_gave_up");
-    assert.ok((hungEvent.unanswered_for_ms ?? 0) >= 900, `waited the client's timeout: ${hungEvent.unanswered_for_ms} ms`);
-  }
-
   it("x/net/http2 (client-go's), stripped: every verdict, one event each, retries and GOAWAY none", async () => {
-    const op = await startOperator(binaries.stripped, "xnet", "xnet-stripped");
+    const op = await faults.startOperator(binaries.stripped, "xnet", "xnet-stripped");
     try {
-      await coreVerdicts(op);
+      await faults.coreVerdicts(op);
 
       const before429 = await retried("429");
-      const throttled = statusWrite(op, { action: "status", code: 429, retryAfterSeconds: 1 });
-      await waitFor("the throttled write to land on its retry", () => landed(op, throttled.name), 10_000);
+      const throttled = faults.statusWrite(op, { action: "status", code: 429, retryAfterSeconds: 1 });
+      await waitFor("the throttled write to land on its retry", () => faults.landed(op, throttled.name), 10_000);
       await waitFor("the retry to be counted", async () => (await retried("429")) === before429 + 1, 5000);
       await sleep(3000); // past the retry wait: the refused try must not come out as a loss
-      assert.deepEqual(eventsFor(throttled.path), []);
+      assert.deepEqual(faults.eventsFor(throttled.path), []);
 
       const beforeGoaway = await retried("goaway");
-      const goaway = statusWrite(op, { action: "goaway" });
-      await waitFor("the write GOAWAY refused to land on a new connection", () => landed(op, goaway.name), 10_000);
+      const goaway = faults.statusWrite(op, { action: "goaway" });
+      await waitFor("the write GOAWAY refused to land on a new connection", () => faults.landed(op, goaway.name), 10_000);
       await waitFor("Go's own retry to be counted", async () => (await retried("goaway")) === beforeGoaway + 1, 5000);
       await sleep(2500);
-      assert.deepEqual(eventsFor(goaway.path), []);
+      assert.deepEqual(faults.eventsFor(goaway.path), []);
 
-      const healthy = statusWrite(op, null);
-      await waitFor("an unfaulted write to land", () => landed(op, healthy.name), 10_000);
+      const healthy = faults.statusWrite(op, null);
+      await waitFor("an unfaulted write to land", () => faults.landed(op, healthy.name), 10_000);
       await sleep(2500);
-      assert.deepEqual(eventsFor(healthy.path), []);
+      assert.deepEqual(faults.eventsFor(healthy.path), []);
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }
   });
 
   it("net/http's bundled http2, stripped: the same verdicts", async () => {
-    const op = await startOperator(binaries.stripped, "std", "std-stripped");
+    const op = await faults.startOperator(binaries.stripped, "std", "std-stripped");
     try {
-      await coreVerdicts(op);
+      await faults.coreVerdicts(op);
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }
   });
 
   it("x/net/http2 in a binary with its symbol table: the same verdicts", async () => {
-    const op = await startOperator(binaries.symbols, "xnet", "xnet-symbols");
+    const op = await faults.startOperator(binaries.symbols, "xnet", "xnet-symbols");
     try {
-      await coreVerdicts(op);
+      await faults.coreVerdicts(op);
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }
   });
 
   it("a followed operator's writes are its requests: the kernel leaves its sends alone, its watch's flow control is no write", async () => {
-    const op = await startOperator(binaries.stripped, "xnet", "writes-are-requests");
+    const op = await faults.startOperator(binaries.stripped, "xnet", "writes-are-requests");
     try {
       const requestsTo = (): number => api.requestsSeen().filter((r) => r.includes(`/namespaces/${op.namespace}/`)).length;
       const writes = (): Promise<number> => agent.metric("lostwrite_apiserver_writes_total", { process: "go-operator" });
@@ -225,7 +134,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
           apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name, namespace: op.namespace, generation: 1 }, spec: { size: 1, blob: "x".repeat(256 << 10) },
         });
       }
-      await waitFor("the five status writes to land", () => names.every((name) => landed(op, name)), 15_000);
+      await waitFor("the five status writes to land", () => names.every((name) => faults.landed(op, name)), 15_000);
       await sleep(1500); // the Go lines' hold, the drain and the kernel's next counter print
       const requests = requestsTo() - requestsBefore;
       assert.equal(requests, 5, `five status PATCHes and nothing else: ${api.requestsSeen().slice(-requests).join(", ")}`);
@@ -234,11 +143,11 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       // Its connections are still followed in the kernel, also one opened
       // after it was marked, which no send of it introduces: learned at connect.
       const resets = (): Promise<number> => agent.metric("lostwrite_apiserver_connection_losses_total", { process: "go-operator", reason: "reset" });
-      const first = statusWrite(op, { action: "reset" });
-      await oneLoss(op, first.path, first.name);
+      const first = faults.statusWrite(op, { action: "reset" });
+      await faults.oneLoss(op, first.path, first.name);
       const resetsBefore = await resets();
-      const second = statusWrite(op, { action: "reset" }); // on the connection Go opened after the first reset
-      await oneLoss(op, second.path, second.name);
+      const second = faults.statusWrite(op, { action: "reset" }); // on the connection Go opened after the first reset
+      await faults.oneLoss(op, second.path, second.name);
       assert.equal((await resets()) - resetsBefore, 1, "the reset of a connection opened while the kernel left its sends alone");
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
@@ -246,7 +155,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
   });
 
   it("a replica started while a write waits for its answer changes nothing: the program is not restarted, the answered write is no loss", async () => {
-    const op = await startOperator(binaries.stripped, "xnet", "replica-a", "10s");
+    const op = await faults.startOperator(binaries.stripped, "xnet", "replica-a", "10s");
     let replica: Operator | null = null;
     try {
       const restarts = (): Promise<number> => agent.metric("lostwrite_go_probe_restarts_total");
@@ -255,16 +164,16 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       const programLinesBefore = programLines();
       // Answered 1 s after it is sent: the replica starts meanwhile, and
       // the same program follows it, with no gap for the answer to fall in.
-      const slow = statusWrite(op, { action: "delay", for: 1000 });
+      const slow = faults.statusWrite(op, { action: "delay", for: 1000 });
       await waitFor("the slow write to be sent", () => api.requestsSeen().some((r) => r.startsWith(`PATCH ${slow.path}`)), 10_000);
-      replica = await startOperator(binaries.stripped, "xnet", "replica-b", "10s");
-      await waitFor("the slow write to land", () => landed(op, slow.name), 10_000);
+      replica = await faults.startOperator(binaries.stripped, "xnet", "replica-b", "10s");
+      await waitFor("the slow write to land", () => faults.landed(op, slow.name), 10_000);
       assert.equal(programLines(), programLinesBefore, "no program attached or detached for the replica");
       assert.equal(await restarts(), restartsBefore, "no program restarted");
       // The connection's end: the server closes it on the next write.
-      const closed = statusWrite(op, { action: "close" });
-      await oneLoss(op, closed.path, closed.name);
-      assert.deepEqual(eventsFor(slow.path), [], "the answered write is no loss");
+      const closed = faults.statusWrite(op, { action: "close" });
+      await faults.oneLoss(op, closed.path, closed.name);
+      assert.deepEqual(faults.eventsFor(slow.path), [], "the answered write is no loss");
     } finally {
       await replica?.stop().catch((error: unknown) => console.error(String(error)));
       await op.stop().catch((error: unknown) => console.error(String(error)));
@@ -279,11 +188,11 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     ]);
     const recorderLog = followLog(recorder.child);
     try {
-      const op = await startOperator(binaries.stripped, "xnet", "recorded");
+      const op = await faults.startOperator(binaries.stripped, "xnet", "recorded");
       try {
         await waitFor("the recording agent's Go probe to follow the operator", () => loggedFor(recorderLog, "Go probe follows", op.pid), 30_000);
         for (const rule of [{ action: "reset" }, { action: "status", code: 409 }, { action: "close" }] as const) {
-          const write = statusWrite(op, rule);
+          const write = faults.statusWrite(op, rule);
           await waitFor(`the recording agent to report ${write.path} (${rule.action})`, () => recorder.events.some((e) => e.request?.path === write.path), 20_000);
         }
         await sleep(2500); // nothing more is coming
@@ -314,11 +223,11 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     );
     const shapedLog = followLog(shaped.child);
     try {
-      const op = await startOperator(binaries.stripped, "xnet", "shaped");
+      const op = await faults.startOperator(binaries.stripped, "xnet", "shaped");
       try {
         // Through /host/proc/<pid>/exe, with host pids in the filter, from inside the agent's PID namespace.
         await waitFor("the shaped agent's Go probe to follow the operator", () => loggedFor(shapedLog, "Go probe follows", op.pid), 30_000);
-        const reset = statusWrite(op, { action: "reset" });
+        const reset = faults.statusWrite(op, { action: "reset" });
         await waitFor("the shaped agent to report the reset write", () => shaped.events.some((e) => e.request?.path === reset.path), 20_000);
         await sleep(2000);
         const events = shaped.events.filter((e) => e.pid === op.pid);

@@ -29,7 +29,7 @@ void describe("doctor --binary", { timeout: 10_000 }, () => {
   it("says a binary of verified versions is covered, by which families, where the uprobes go", async () => {
     const { code, out } = await run("manager", { magic: "go1.16", goVersion: "go1.19.13", modules: modules("v0.7.0"), functions });
     assert.equal(code, 0);
-    assert.equal(out, `covered: ${dir}/manager (go1.19.13, golang.org/x/net v0.7.0): requests followed (HTTP/2 client families: x/net), uprobes at stack check branch\n`);
+    assert.equal(out, `covered: ${dir}/manager (go1.19.13, golang.org/x/net v0.7.0): requests followed (HTTP/2 client families: x/net, layout from the verified table), uprobes at stack check branch\n`);
   });
 
   it("names the Go and x/net versions of a binary whose layout is not verified", async () => {

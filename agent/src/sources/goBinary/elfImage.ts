@@ -24,6 +24,8 @@ export interface Section {
   name: string;
   /** sh_type; SHT_NOBITS (8) sections occupy no file bytes. */
   type: number;
+  /** sh_flags; SHF_COMPRESSED (0x800): the bytes are a compression header and a zlib stream (Go's DWARF). */
+  flags: number;
   addr: number;
   offset: number;
   size: number;
@@ -145,16 +147,17 @@ async function readSections(source: ByteSource, shoff: number, shentsize: number
     raw.push({
       nameOffset: table.readUInt32LE(at),
       type: table.readUInt32LE(at + 4),
+      flags: readU64(table, at + 8, "sh_flags"),
       addr: readU64(table, at + 16, "sh_addr"),
       offset: readU64(table, at + 24, "sh_offset"),
       size: readU64(table, at + 32, "sh_size"),
     });
   }
   const namesHeader = raw[namesIndex];
-  if (namesHeader === undefined || namesHeader.type === SHT_NOBITS) return raw.map((s) => ({ ...s, name: "" }));
+  if (namesHeader === undefined || namesHeader.type === SHT_NOBITS) return raw.map(({ nameOffset: _, ...section }) => ({ ...section, name: "" }));
   if (namesHeader.size > MAX_SHSTRTAB_BYTES) throw new NotInspectable(`ELF section name table is ${namesHeader.size} bytes`);
   const names = await source.read(namesHeader.offset, namesHeader.size, "ELF section names");
-  return raw.map(({ nameOffset, type, addr, offset, size }) => ({ name: cString(names, nameOffset), type, addr, offset, size }));
+  return raw.map(({ nameOffset, ...section }) => ({ name: cString(names, nameOffset), ...section }));
 }
 
 function cString(buffer: Buffer, offset: number): string {

@@ -12,6 +12,8 @@ import { findSection, readElfImage, type ElfImage } from "./elfImage.ts";
 import { findFunctionEntries } from "./functionEntries.ts";
 import { fileOffsetOf, segmentContaining } from "./fileOffset.ts";
 import { FIRST_REGISTER_ABI_MINOR, goMinorFromVersion, oldestMinorForLayout } from "./goRelease.ts";
+import { layoutDifferences, layoutFromDwarf } from "./dwarfLayout.ts";
+import { readDwarfTypes, type DwarfTypes } from "./dwarfTypes.ts";
 import { layoutFor, type Http2Layout } from "./http2Layouts.ts";
 import { allHttp2Symbols, HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2FamilyName, type Http2Function } from "./http2Families.ts";
 import { NotInspectable } from "./notInspectable.ts";
@@ -36,8 +38,11 @@ export interface FunctionLocation {
 export interface Http2Family {
   name: Http2FamilyName;
   functions: Record<Http2Function, FunctionLocation>;
-  /** Where its structs' fields are, for the Go and x/net versions that built it (http2Layouts.ts). */
+  /** Where its structs' fields are: from the binary's DWARF when it has it, else the verified table's for its Go and x/net versions (http2Layouts.ts). */
   layout: Http2Layout;
+  layoutFrom: "dwarf" | "table";
+  /** Where the binary's DWARF and the table disagree (the DWARF is read): a release to check in the matrix. */
+  differsFromTable: string[];
 }
 
 /** A family with every function found, of a Go or x/net version whose layout is not verified: left to the socket path. */
@@ -69,7 +74,7 @@ export interface GoBinaryInspected {
   families: Http2Family[];
   /** Families with some but not all functions: usually a release whose code the probes do not know. */
   incompleteFamilies: IncompleteHttp2Family[];
-  /** Complete families of versions outside every verified layout. */
+  /** Complete families of versions outside every verified layout, or whose DWARF shows the probed parameters or fields are not where they are read. */
   unverifiedFamilies: UnverifiedHttp2Family[];
   /** Where the uprobes go: see probePlacement. */
   probePlacement: ProbePlacement;
@@ -143,13 +148,30 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
   const unverifiedFamilies: UnverifiedHttp2Family[] = [];
   const placement: ProbePlacement = findSection(image, ".symtab") === undefined ? "stack check branch" : "entry";
   const xNet = buildInfo?.modules.get("golang.org/x/net") ?? null;
+  let dwarf: DwarfTypes | null | undefined;
   for (const name of HTTP2_FAMILY_NAMES) {
     const found = HTTP2_FUNCTIONS.filter((fn) => entries.has(HTTP2_SYMBOLS[name][fn]));
     if (found.length === HTTP2_FUNCTIONS.length) {
-      // A layout is told by the versions in the build info, never by the pclntab's guess at the oldest release.
-      const layout = minorFromBuildInfo === null ? `its ${name} HTTP/2 client: no Go version in the build info to tell its layout by` : layoutFor(name, goMinor, xNet);
-      if (typeof layout === "string") unverifiedFamilies.push({ name, reason: layout });
-      else families.push({ name, functions: await locateFunctions(source, image, name, entries, placement), layout });
+      // Versions decide whether a family is followed at all, told by the build
+      // info (never by the pclntab's guess at the oldest release); the
+      // binary's own DWARF, when it has one, then says where its fields are.
+      const table = minorFromBuildInfo === null ? `its ${name} HTTP/2 client: no Go version in the build info to tell its layout by` : layoutFor(name, goMinor, xNet);
+      if (typeof table === "string") {
+        unverifiedFamilies.push({ name, reason: table });
+        continue;
+      }
+      dwarf ??= await readDwarfTypes(source, image, allHttp2Symbols());
+      const fromDwarf = dwarf === null ? null : layoutFromDwarf(dwarf, name);
+      if (typeof fromDwarf === "string") {
+        unverifiedFamilies.push({ name, reason: fromDwarf });
+        continue;
+      }
+      const functions = await locateFunctions(source, image, name, entries, placement);
+      families.push(
+        fromDwarf === null
+          ? { name, functions, layout: table, layoutFrom: "table", differsFromTable: [] }
+          : { name, functions, layout: fromDwarf, layoutFrom: "dwarf", differsFromTable: layoutDifferences(table, fromDwarf) },
+      );
     } else if (found.length > 0) {
       incompleteFamilies.push({ name, found, missing: HTTP2_FUNCTIONS.filter((fn) => !found.includes(fn)) });
     }

@@ -31,7 +31,7 @@ export const GO_PROBE_ENV = { BPFTRACE_STRLEN: String(PATH_PART_BYTES + 8) } as 
 export interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
   /** What bpftrace attaches to: the binary through a path that outlives its processes, e.g. /proc/<agent>/fd/12. */
   binary: string;
-  families: readonly Http2Family[];
+  families: readonly Pick<Http2Family, "name" | "functions" | "layout">[];
 }
 
 // The socket of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word

@@ -124,8 +124,15 @@ export class GoProbes {
     if (report.ok) {
       this.#o.log.info("Go HTTP/2 client found: requests are followed", {
         pid, go: report.goVersion, xNet: report.xNet?.version ?? null, families: report.families.map((f) => f.name), uprobesAt: report.probePlacement,
+        layoutFrom: report.families.map((f) => f.layoutFrom),
         ...(report.unverifiedFamilies.length > 0 ? { notFollowed: report.unverifiedFamilies.map((f) => f.reason) } : {}),
       });
+      for (const family of report.families.filter((f) => f.differsFromTable.length > 0)) {
+        // Read as the binary says; worth a row in the verified table.
+        this.#o.log.warn("Go binary's DWARF places fields elsewhere than the verified layout of its versions; its DWARF is followed", {
+          pid, go: report.goVersion, xNet: report.xNet?.version ?? null, family: family.name, differences: family.differsFromTable,
+        });
+      }
     } else if (report.unverifiedLayout) {
       this.#o.log.warn("Go HTTP/2 client of a version whose layout is not verified: socket path only", { pid, reason: report.reason });
     } else {

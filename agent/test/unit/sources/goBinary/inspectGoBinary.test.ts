@@ -27,6 +27,7 @@ const BUILDS = {
   stdPie: { fixture: "std-http2-client", flags: ["-buildmode=pie", STRIP] },
   xnet: { fixture: "xnet-http2-client" },
   xnetStripped: { fixture: "xnet-http2-client", flags: [STRIP] },
+  xnetPlainDwarf: { fixture: "xnet-http2-client", flags: ["-ldflags=-compressdwarf=false"] },
   hello: { fixture: "hello", flags: [STRIP] },
   hello386: { fixture: "hello", flags: [STRIP], goarch: "386" },
   helloArm64: { fixture: "hello", flags: [STRIP], goarch: "arm64" },
@@ -81,7 +82,7 @@ function assertOffsetsHitCode(file: string, report: GoBinaryInspected): void {
 
 /** The families without where their probes go, which differs between a binary with symbols and without. */
 const entriesOf = (report: GoBinaryInspected) =>
-  report.families.map((f) => ({ ...f, functions: Object.values(f.functions).map(({ probeOffset: _, ...entry }) => entry) }));
+  report.families.map(({ layoutFrom: _, ...f }) => ({ ...f, functions: Object.values(f.functions).map(({ probeOffset: _, ...entry }) => entry) }));
 
 /** The same file with its section headers gone from the ELF header, as sstrip leaves a binary. */
 function withoutSectionHeaders(source: ByteSource): ByteSource {
@@ -144,7 +145,16 @@ describe("inspectGoBinary on Go programs built here", { timeout: 240_000, skip: 
       assert.deepEqual([a.probePlacement, b.probePlacement], ["entry", "stack check branch"]);
       assertOffsetsHitCode(bin[plain], a);
       assertOffsetsHitCode(bin[stripped], b);
+      // The same layout either way: read from the DWARF -s -w removes, and from the verified table.
+      assert.deepEqual(a.families.map((f) => [f.name, f.layoutFrom, f.differsFromTable]), a.families.map((f) => [f.name, "dwarf", []]));
+      assert.deepEqual(b.families.map((f) => f.layoutFrom), b.families.map(() => "table"));
     }
+  });
+
+  it("reads the layout from DWARF left uncompressed as from the zlib-compressed default", async () => {
+    const plain = inspected(await inspectGoBinary(bin.xnetPlainDwarf));
+    const compressed = inspected(await inspectGoBinary(bin.xnet));
+    assert.deepEqual(plain.families.map((f) => [f.name, f.layoutFrom, f.layout]), compressed.families.map((f) => [f.name, "dwarf", f.layout]));
   });
 
   it("reports the Go version and layout of the toolchain, and which x/net a program uses", async () => {
