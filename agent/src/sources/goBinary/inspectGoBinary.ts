@@ -155,22 +155,25 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
       // Versions decide whether a family is followed at all, told by the build
       // info (never by the pclntab's guess at the oldest release); the
       // binary's own DWARF, when it has one, then says where its fields are.
+      // A GOPATH-mode build (a distribution's packaging) records no module
+      // versions: its x/net is followed only where its DWARF tells the layout.
+      const versionless = name === "x/net" && xNet === null && minorFromBuildInfo !== null;
       const table = minorFromBuildInfo === null ? `its ${name} HTTP/2 client: no Go version in the build info to tell its layout by` : layoutFor(name, goMinor, xNet);
-      if (typeof table === "string") {
+      if (typeof table === "string" && !versionless) {
         unverifiedFamilies.push({ name, reason: table });
         continue;
       }
       dwarf ??= await readDwarfTypes(source, image, allHttp2Symbols());
       const fromDwarf = dwarf === null ? null : layoutFromDwarf(dwarf, name);
-      if (typeof fromDwarf === "string") {
-        unverifiedFamilies.push({ name, reason: fromDwarf });
+      if (typeof fromDwarf === "string" || (fromDwarf === null && typeof table === "string")) {
+        unverifiedFamilies.push({ name, reason: fromDwarf ?? `${table as string}, and no DWARF to read it from` });
         continue;
       }
       const functions = await locateFunctions(source, image, name, entries, placement);
       families.push(
         fromDwarf === null
-          ? { name, functions, layout: table, layoutFrom: "table", differsFromTable: [] }
-          : { name, functions, layout: fromDwarf, layoutFrom: "dwarf", differsFromTable: layoutDifferences(table, fromDwarf) },
+          ? { name, functions, layout: table as Http2Layout, layoutFrom: "table", differsFromTable: [] }
+          : { name, functions, layout: fromDwarf, layoutFrom: "dwarf", differsFromTable: typeof table === "string" ? [] : layoutDifferences(table, fromDwarf) },
       );
     } else if (found.length > 0) {
       incompleteFamilies.push({ name, found, missing: HTTP2_FUNCTIONS.filter((fn) => !found.includes(fn)) });
