@@ -122,6 +122,22 @@ func requestType(ix *dwarfIndex, f family) (dwarf.Type, error) {
 	return pointee(pointer)
 }
 
+// familyTypes are the family's types the probes read into; their sizes are
+// no read of the probe's, but they tell one release's layout from another's
+// where the fields read stay put.
+var familyTypes = []string{"ClientConn", "clientStream", "clientConnReadLoop", "MetaHeadersFrame", "HeadersFrame", "RSTStreamFrame", "GoAwayFrame"}
+
+// typeSizes maps each of the family's types DWARF describes to its size in bytes.
+func typeSizes(ix *dwarfIndex, f family) map[string]int64 {
+	sizes := map[string]int64{}
+	for _, name := range familyTypes {
+		if t, err := ix.named(f.typeName(name)); err == nil {
+			sizes[name] = t.Size()
+		}
+	}
+	return sizes
+}
+
 // socketLayout is the chain from a *tls.Conn to its descriptor, the same
 // for every family: tls.Conn.conn (a net.Conn, its data word a *net.TCPConn),
 // whose embedded conn's fd is a *netFD, whose poll.FD holds Sysfd.

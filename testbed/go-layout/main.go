@@ -27,6 +27,8 @@ type familyReport struct {
 	Absent []string `json:"absent"`
 	// Signatures maps each role to its parameters, for those DWARF describes.
 	Signatures map[string][]param `json:"signatures"`
+	// Sizes maps the family's struct types to their sizes, for those DWARF describes.
+	Sizes map[string]int64 `json:"sizes"`
 	layout
 }
 
@@ -98,7 +100,7 @@ func inspect(path string) (*report, error) {
 		r.Socket = socketLayout(ix)
 	}
 	for _, f := range families {
-		fr := &familyReport{Functions: map[string]string{}, Absent: []string{}, Signatures: map[string][]param{}, layout: noDwarf}
+		fr := &familyReport{Functions: map[string]string{}, Absent: []string{}, Signatures: map[string][]param{}, Sizes: map[string]int64{}, layout: noDwarf}
 		for _, p := range probedFunctions {
 			symbol := f.symbol(p.receiver, p.method)
 			if functions[symbol] {
@@ -121,6 +123,7 @@ func inspect(path string) (*report, error) {
 		}
 		if ix != nil {
 			fr.layout = familyLayout(ix, f)
+			fr.Sizes = typeSizes(ix, f)
 		}
 		r.Families[f.name] = fr
 	}

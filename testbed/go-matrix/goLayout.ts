@@ -31,6 +31,8 @@ export interface LayoutFamily extends FieldOffsets {
   absent: string[];
   /** Probed role → parameters (receiver first, results left out), from DWARF. */
   signatures: Record<string, GoParam[]>;
+  /** The family's struct types (ClientConn, clientStream, …) → size in bytes, from DWARF: they tell releases apart where the fields read stay put. */
+  sizes: Record<string, number>;
 }
 
 export interface GoLayoutReport {

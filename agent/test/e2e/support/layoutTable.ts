@@ -83,11 +83,24 @@ function signatureLines(results: readonly CellResult[]): string[] {
   return lines.length === 1 ? [...lines, "  none"] : lines;
 }
 
+/** The family struct sizes that are not the same everywhere: the layouts did change, around the fields read. */
+function sizeLines(results: readonly CellResult[]): string[] {
+  const rows = results.flatMap((r) => families(r.layout).map(([name, f]) => ({ label: `${r.build.cell.id} ${name}`, sizes: f.sizes })));
+  const types = [...new Set(rows.flatMap((row) => Object.keys(row.sizes)))].sort();
+  const varying = types.filter((t) => new Set(rows.map((row) => row.sizes[t])).size > 1);
+  if (varying.length === 0) return ["struct sizes: the same in every cell and family"];
+  return [
+    "struct sizes that differ (bytes):",
+    `  ${pad("", 42)} ${varying.map((t) => pad(t, 14)).join(" ")}`,
+    ...rows.map((row) => `  ${pad(row.label, 42)} ${varying.map((t) => pad(String(row.sizes[t] ?? "-"), 14)).join(" ")}`),
+  ];
+}
+
 /** Each family's differences, per cell. */
 function differenceLines(results: readonly CellResult[]): string[] {
   return results.flatMap((r) => (r.differences.length === 0 ? [] : [`${r.build.cell.id}:`, ...r.differences.map((d) => `  ${d}`)]));
 }
 
 export function layoutMatrixTable(results: readonly CellResult[], probe: ProbeLayouts): string {
-  return [...cellLines(results), "", ...offsetLines(results, probe), "", ...signatureLines(results), "", ...differenceLines(results)].join("\n");
+  return [...cellLines(results), "", ...offsetLines(results, probe), "", ...signatureLines(results), "", ...sizeLines(results), "", ...differenceLines(results)].join("\n");
 }

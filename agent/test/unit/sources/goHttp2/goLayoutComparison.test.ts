@@ -24,6 +24,7 @@ function xnetFamily(overrides: Partial<LayoutFamily> = {}): LayoutFamily {
       cleanup: [rl],
       abortStream: [{ name: "cs", type: `*${X}clientStream` }, { name: "err", type: "error" }],
     },
+    sizes: { ClientConn: 432 },
     offsets: { "request.URL": 16, "clientStream.cc": 0 },
     missing: {},
     ...overrides,
