@@ -53,7 +53,9 @@ export function differencesFromProbe(report: GoLayoutReport, expected: ProbeLayo
     }
     const actual = readsOf(report, family);
     for (const [read, offset] of Object.entries(probe)) {
-      if (read in actual.missing) differences.push(`${name} ${read}: probe reads +${offset}, binary: missing (${actual.missing[read]})`);
+      // "*": go-layout found nothing of the kind (a binary without DWARF).
+      const missing = actual.missing[read] ?? actual.missing["*"];
+      if (missing !== undefined) differences.push(`${name} ${read}: probe reads +${offset}, binary: missing (${missing})`);
       else if (actual.offsets[read] !== offset) differences.push(`${name} ${read}: probe reads +${offset}, binary has +${actual.offsets[read]}`);
     }
     for (const role of PROBED_ROLES) {
