@@ -1,0 +1,3 @@
+module lostwrite.dev/testbed/golayout
+
+go 1.22
