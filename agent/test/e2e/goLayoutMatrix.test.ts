@@ -12,6 +12,8 @@
 // where it fails as every e2e test does.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { HTTP2_FAMILY_NAMES } from "../../src/sources/goBinary/http2Families.ts";
+import { layoutFor, type Http2Layout } from "../../src/sources/goBinary/http2Layouts.ts";
 import { inspectGoBinary } from "../../src/sources/goBinary/inspectGoBinary.ts";
 import { buildCell } from "../../../testbed/go-matrix/buildCell.ts";
 import { MATRIX_CELLS, type MatrixCell } from "../../../testbed/go-matrix/cells.ts";
@@ -22,39 +24,46 @@ import { differencesFromProbe, type ProbeLayouts } from "./support/layoutCompari
 import { layoutMatrixTable, type CellResult } from "./support/layoutTable.ts";
 
 /**
- * What agent/src/sources/goHttp2/goProbeProgram.ts reads today, copied from
- * its program text (it exports no offsets): every read, as the number the
- * probe adds to the pointer it holds. The same for both families it knows.
- * The agent's own table, HTTP2_LAYOUTS in agent/src/sources/goHttp2/http2Layouts.ts,
- * is to replace this object: import it as PROBE_LAYOUTS (if it is keyed by
- * more than the family, differencesFromProbe is where it is looked up).
+ * What the probe program reads in a cell's binary, by go-layout's names: the
+ * agent's verified layout (http2Layouts.ts) for the cell's Go release and
+ * x/net version, for every family that table has a row for. A family it has
+ * none for shows as unknown to the probe.
  */
-const TODAYS_READS = {
-  // writeHeaders: the request writeRequest was given, and its URL.
-  "request.Method": 0,
-  "request.URL": 16,
-  "url.URL.Path": 56,
-  // cc.tconn's data word (a *tls.Conn), then down to the descriptor.
-  "ClientConn.tconn.data": 16,
-  "tls.Conn.conn.data": 8,
-  "net.TCPConn.fd": 0,
-  "net.netFD.pfd.Sysfd": 16,
-  // processHeaders, processResetStream, processGoAway, cleanup: rl.cc.
-  "clientConnReadLoop.cc": 0,
-  "MetaHeadersFrame.HeadersFrame": 0,
-  "MetaHeadersFrame.Fields": 8,
-  "MetaHeadersFrame.Fields.len": 16,
-  "HeadersFrame.StreamID": 8,
-  "HeaderField.Name": 0,
-  "HeaderField.Value": 16,
-  "RSTStreamFrame.StreamID": 8,
-  "RSTStreamFrame.ErrCode": 12,
-  "GoAwayFrame.LastStreamID": 12,
-  "GoAwayFrame.ErrCode": 16,
-  // abortStream: cs.cc.
-  "clientStream.cc": 0,
-} as const;
-const PROBE_LAYOUTS: ProbeLayouts = { std: TODAYS_READS, "x/net": TODAYS_READS };
+function probeLayoutsFor(cell: MatrixCell): ProbeLayouts {
+  const goMinor = Number(/^go1\.(\d+)/.exec(cell.toolchain.version)![1]);
+  const xNet = { path: "golang.org/x/net", version: cell.xNet, replacement: null };
+  const layouts: ProbeLayouts = {};
+  for (const family of HTTP2_FAMILY_NAMES) {
+    const layout = layoutFor(family, goMinor, xNet);
+    if (typeof layout !== "string") layouts[family] = probeReads(layout);
+  }
+  return layouts;
+}
+
+/** An Http2Layout as the numbers the probe adds to the pointers it holds (interfaces: their data word, 8 further). */
+function probeReads(l: Http2Layout): Record<string, number> {
+  return {
+    "request.Method": l.requestMethod,
+    "request.URL": l.requestUrl,
+    "url.URL.Path": l.urlPath,
+    "ClientConn.tconn.data": l.connTconn + 8,
+    "tls.Conn.conn.data": l.tlsConnConn + 8,
+    "net.TCPConn.fd": l.tcpConnFd,
+    "net.netFD.pfd.Sysfd": l.netFdSysfd,
+    "clientConnReadLoop.cc": l.readLoopConn,
+    "MetaHeadersFrame.HeadersFrame": l.metaHeadersFrame,
+    "MetaHeadersFrame.Fields": l.metaFields,
+    "MetaHeadersFrame.Fields.len": l.metaFields + 8,
+    "HeadersFrame.StreamID": l.frameStreamId,
+    "HeaderField.Name": l.fieldName,
+    "HeaderField.Value": l.fieldValue,
+    "RSTStreamFrame.StreamID": l.frameStreamId,
+    "RSTStreamFrame.ErrCode": l.rstErrCode,
+    "GoAwayFrame.LastStreamID": l.goAwayLastStreamId,
+    "GoAwayFrame.ErrCode": l.goAwayErrCode,
+    "clientStream.cc": l.streamConn,
+  };
+}
 
 const goMissing = goUnavailable();
 /** Without Go: skip, except under CI=true, where `before` fails on it. */
@@ -66,10 +75,11 @@ function cellSkip(cell: MatrixCell): string | false {
   return missing !== null && process.env.CI !== "true" ? missing : false;
 }
 
+/** What the agent follows in a binary: each family and where its layout came from, or why none. */
 async function agentSees(binary: string): Promise<string> {
   const report = await inspectGoBinary(binary);
   if (!report.ok) return `none: ${report.reason}`;
-  return report.families.map((f) => f.name).join(", ");
+  return report.families.map((f) => `${f.name} (${f.layoutFrom})`).join(", ");
 }
 
 // The cold matrix is about 7 minutes on 2 cores; runTests.ts allows a file 10.
@@ -82,7 +92,7 @@ describe("HTTP/2 offsets the Go probes read, across Go × x/net builds", { skip,
   });
 
   after(() => {
-    if (results.length > 0) console.log(`\n${layoutMatrixTable(results, PROBE_LAYOUTS)}\n`);
+    if (results.length > 0) console.log(`\n${layoutMatrixTable(results)}\n`);
   });
 
   for (const cell of MATRIX_CELLS) {
@@ -91,8 +101,10 @@ describe("HTTP/2 offsets the Go probes read, across Go × x/net builds", { skip,
       if (missing !== null) throw new Error(`e2e test cannot run: ${missing}`);
       const build = await buildCell(cell);
       const layout = await goLayout(build.symbols);
-      const differences = differencesFromProbe(layout, PROBE_LAYOUTS);
-      results.push({ build, layout, agentSees: await agentSees(build.stripped), differences });
+      const probe = probeLayoutsFor(cell);
+      const differences = differencesFromProbe(layout, probe);
+      const [stripped, symbols] = [await agentSees(build.stripped), await agentSees(build.symbols)];
+      results.push({ build, layout, agentSees: `${stripped}; with symbols: ${symbols}`, differences, probe });
 
       assert.ok(layout.dwarf, `${build.symbols} has DWARF`);
       assert.ok(layout.goVersion?.startsWith(cell.toolchain.version), `built with ${cell.toolchain.version}, the binary says ${layout.goVersion}`);
@@ -100,6 +112,16 @@ describe("HTTP/2 offsets the Go probes read, across Go × x/net builds", { skip,
       if (cell.toolchain.kind !== "debian") assert.equal(layout.xNet, cell.xNet);
       assert.ok(Object.keys(layout.families).length > 0, "an HTTP/2 client is linked");
       assert.deepEqual(differences, [], `${cell.id}: the probe's reads differ from the binary's layout`);
+      // The agent follows every family linked, in the stripped build by the table, with symbols by the DWARF.
+      const linked = Object.keys(layout.families).sort();
+      const followed = async (binary: string): Promise<string[]> => {
+        const report = await inspectGoBinary(binary);
+        return report.ok ? report.families.map((f) => `${f.name} ${f.layoutFrom} ${f.differsFromTable.join(" ")}`.trim()).sort() : [report.reason];
+      };
+      // Debian's GOPATH build records no x/net version: stripped, its x/net client has nothing to tell its layout by.
+      const strippedExpected = cell.toolchain.kind === "debian" ? linked.filter((f) => f !== "x/net") : linked;
+      assert.deepEqual(await followed(build.stripped), strippedExpected.map((f) => `${f} table`), `${cell.id}: stripped`);
+      assert.deepEqual(await followed(build.symbols), linked.map((f) => `${f} dwarf`), `${cell.id}: with symbols`);
     });
   }
 });

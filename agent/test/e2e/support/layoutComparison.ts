@@ -17,7 +17,8 @@ export const PROBED_ROLES = ["writeRequest", "writeHeaders", "processHeaders", "
  * Parameters after these are not read and may change freely.
  */
 const PROBED_ARGUMENTS: Record<(typeof PROBED_ROLES)[number], readonly string[]> = {
-  writeRequest: ["*clientStream", "*net/http.Request"],
+  // net/http's *Request; Go 1.27's net/http/internal/http2 has its own *ClientRequest.
+  writeRequest: ["*clientStream", "*Request"],
   writeHeaders: ["*ClientConn", "uint32"],
   processHeaders: ["*clientConnReadLoop", "*MetaHeadersFrame"],
   processResetStream: ["*clientConnReadLoop", "*RSTStreamFrame"],
@@ -33,6 +34,7 @@ const FAMILY_TYPE_PREFIX: Record<LayoutFamilyName, string> = {
 };
 
 function qualified(family: LayoutFamilyName, type: string): string {
+  if (type === "*Request") return family === "internal" ? "*net/http/internal/http2.ClientRequest" : "*net/http.Request";
   return type.startsWith("*") && !type.includes(".") ? `*${FAMILY_TYPE_PREFIX[family]}${type.slice(1)}` : type;
 }
 

@@ -12,6 +12,8 @@ export interface CellResult {
   /** The agent's inspection of the stripped build: its families, or why none. */
   agentSees: string;
   differences: string[];
+  /** What the agent's table says the probe reads in this cell, per family. */
+  probe: ProbeLayouts;
 }
 
 const pad = (text: string, width: number): string => text.padEnd(width);
@@ -21,7 +23,7 @@ function families(layout: GoLayoutReport): [LayoutFamilyName, LayoutFamily][] {
 }
 
 function cellLines(results: readonly CellResult[]): string[] {
-  const lines = [`${pad("cell", 36)} ${pad("build", 14)} ${pad("families: functions found", 28)} ${pad("differs from the probe", 24)} agent (stripped build)`];
+  const lines = [`${pad("cell", 36)} ${pad("build", 14)} ${pad("families: functions found", 28)} ${pad("differs from the probe", 24)} agent follows`];
   for (const r of results) {
     const found = families(r.layout).map(([name, f]) => `${name} ${Object.keys(f.functions).length}/${PROBED_ROLES.length}`).join(", ") || "none";
     const build = `${r.build.seconds.toFixed(1)} s ${r.build.cached ? "cached" : "built"}`;
@@ -32,8 +34,22 @@ function cellLines(results: readonly CellResult[]): string[] {
   return lines;
 }
 
+/** The distinct layouts the agent's table gives across the cells, each named by the families that use it. */
+function probeColumnsOf(results: readonly CellResult[]): [string, Record<string, number>][] {
+  const columns = new Map<string, { names: Set<string>; offsets: Record<string, number> }>();
+  for (const r of results) {
+    for (const [name, offsets] of Object.entries(r.probe) as [string, Record<string, number>][]) {
+      const key = JSON.stringify(Object.entries(offsets).sort());
+      const column = columns.get(key) ?? { names: new Set<string>(), offsets };
+      column.names.add(name);
+      columns.set(key, column);
+    }
+  }
+  return [...columns.values()].map((c) => [[...c.names].join("+"), c.offsets]);
+}
+
 /** Distinct offset sets, lettered, against the probe's columns. */
-function offsetLines(results: readonly CellResult[], probe: ProbeLayouts): string[] {
+function offsetLines(results: readonly CellResult[]): string[] {
   const layouts = new Map<string, { offsets: Record<string, number | string>; users: string[] }>();
   for (const r of results) {
     for (const [name, family] of families(r.layout)) {
@@ -47,7 +63,7 @@ function offsetLines(results: readonly CellResult[], probe: ProbeLayouts): strin
     }
   }
   const lettered = [...layouts.values()].map((l, i) => ({ ...l, letter: String.fromCharCode(65 + i) }));
-  const probeColumns = Object.entries(probe) as [string, Record<string, number>][];
+  const probeColumns = probeColumnsOf(results);
   const reads = [...new Set([...probeColumns.flatMap(([, o]) => Object.keys(o)), ...lettered.flatMap((l) => Object.keys(l.offsets))])].sort();
   const header = [pad("read", 30), ...probeColumns.map(([name]) => pad(`probe ${name}`, 12)), ...lettered.map((l) => pad(l.letter, 8))].join(" ");
   const lines = ["offsets (bytes from the pointer the probe holds); A, B, …: the distinct layouts found", header];
@@ -101,6 +117,6 @@ function differenceLines(results: readonly CellResult[]): string[] {
   return results.flatMap((r) => (r.differences.length === 0 ? [] : [`${r.build.cell.id}:`, ...r.differences.map((d) => `  ${d}`)]));
 }
 
-export function layoutMatrixTable(results: readonly CellResult[], probe: ProbeLayouts): string {
-  return [...cellLines(results), "", ...offsetLines(results, probe), "", ...signatureLines(results), "", ...sizeLines(results), "", ...differenceLines(results)].join("\n");
+export function layoutMatrixTable(results: readonly CellResult[]): string {
+  return [...cellLines(results), "", ...offsetLines(results), "", ...signatureLines(results), "", ...sizeLines(results), "", ...differenceLines(results)].join("\n");
 }
