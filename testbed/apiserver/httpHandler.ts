@@ -228,6 +228,17 @@ async function inject(deps: HandlerDeps, ctx: RequestContext, rule: Rule & { id:
       stream.session?.close();
       return;
     }
+    case "rst_stream": {
+      const { bytes } = await readBody(ctx.req);
+      if (!("stream" in ctx.req) || ctx.streamId === null) {
+        record(deps, ctx, rule, "HTTP/1.1 has no streams: connection reset", bytes);
+        ctx.conn?.reset();
+        return;
+      }
+      record(deps, ctx, rule, `RST_STREAM with error code ${rule.code}; the connection lives on`, bytes);
+      ctx.req.stream.close(rule.code);
+      return;
+    }
     case "delay": {
       record(deps, ctx, rule, `answer delayed by ${rule.for} ms`, null);
       await sleep(rule.for);

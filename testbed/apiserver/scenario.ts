@@ -66,6 +66,12 @@ export const ruleSchema = z.discriminatedUnion("action", [
    * again on a new connection. HTTP/1.1 has no GOAWAY: the connection is closed.
    */
   z.strictObject({ ...matchFields, action: z.literal("goaway") }),
+  /**
+   * HTTP/2: read the request, then end its stream alone with RST_STREAM
+   * (INTERNAL_ERROR unless `code` says otherwise): the connection and its
+   * other streams live on. HTTP/1.1 has no streams: the connection is reset.
+   */
+  z.strictObject({ ...matchFields, action: z.literal("rst_stream"), code: z.number().int().nonnegative().default(2) }),
   /** Stop reading from the connection for `for` (omitted: until the client gives up), then carry on normally. */
   z.strictObject({ ...matchFields, action: z.literal("stall"), for: duration.optional() }),
 ]);

@@ -4,7 +4,7 @@
 // operator of each cell, through each of its two clients (golang.org/x/net's
 // Transport, as client-go configures it, and net/http's), under the faults
 // every variant must get right — a reset and a close while its watch streams,
-// a 409, a hung write its client times out — each reported exactly once, by
+// a 409, a stream reset, a hung write its client times out — each reported exactly once, by
 // path, from the uprobes. goLayoutMatrix checks the same cells' offsets
 // against their DWARF; this checks that the verdicts come out of them.
 import assert from "node:assert/strict";
@@ -63,7 +63,7 @@ describe("Go request verdicts on every cell of the Go × x/net matrix", { skip: 
   });
 
   for (const cell of MATRIX_CELLS) {
-    it(`${cell.id}: reset, close, 409 and a hung write through both of its clients, each once, by path`, { skip: cellSkip(cell), timeout: 240_000 }, async () => {
+    it(`${cell.id}: reset, close, 409, RST_STREAM and a hung write through both of its clients, each once, by path`, { skip: cellSkip(cell), timeout: 240_000 }, async () => {
       const missing = cellToolchainMissing(cell);
       if (missing !== null) throw new Error(`e2e test cannot run: ${missing}`);
       const build = await buildCell(cell);

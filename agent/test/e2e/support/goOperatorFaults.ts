@@ -102,7 +102,8 @@ export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: 
 
   /**
    * The faults every variant must get right — a reset and a close while the
-   * watch streams, a rejection, a hung write — each reported once, by path;
+   * watch streams, a rejection, a stream reset, a hung write — each reported
+   * once, by path;
    * the rows say what was expected and detected.
    */
   async function coreVerdicts(op: Operator): Promise<FaultRow[]> {
@@ -127,6 +128,11 @@ export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: 
     const rejectedEvent = await oneLoss(op, rejected.path, rejected.name);
     assert.deepEqual([rejectedEvent.cause, rejectedEvent.request?.status_code], ["http_rejected", 409]);
     rows.push({ fault: "409", expected: "http_rejected 409 PATCH …/status", detected: describeEvent(rejectedEvent) });
+
+    const streamReset = statusWrite(op, { action: "rst_stream" });
+    const streamResetEvent = await oneLoss(op, streamReset.path, streamReset.name);
+    assert.equal(streamResetEvent.cause, "stream_reset");
+    rows.push({ fault: "RST_STREAM (INTERNAL_ERROR)", expected: "stream_reset PATCH …/status", detected: describeEvent(streamResetEvent) });
 
     const hung = statusWrite(op, { action: "delay", for: 3000 });
     const hungEvent = await oneLoss(op, hung.path, hung.name);
