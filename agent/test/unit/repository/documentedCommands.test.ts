@@ -211,6 +211,7 @@ const PLACEHOLDERS: Record<string, Record<string, string>> = {
   REGEX: { "--target-comm": "^manager$", "--target-cmdline": "manager" },
   "IP:PORT": { "--apiserver": "10.96.0.1:443" },
   "ADDR:PORT": { "--listen": "127.0.0.1:9470" },
+  PATH: { "--binary": "/usr/bin/kubectl" },
 };
 
 function substitute(args: string[], where: string): string[] {
