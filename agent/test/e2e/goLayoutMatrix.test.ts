@@ -17,7 +17,7 @@ import { layoutFor, type Http2Layout } from "../../src/sources/goBinary/http2Lay
 import { inspectGoBinary } from "../../src/sources/goBinary/inspectGoBinary.ts";
 import { buildCell } from "../../../testbed/go-matrix/buildCell.ts";
 import { MATRIX_CELLS, type MatrixCell } from "../../../testbed/go-matrix/cells.ts";
-import { cellToolchainMissing } from "../../../testbed/go-matrix/cellToolchain.ts";
+import { cellSkip, cellToolchainMissing } from "../../../testbed/go-matrix/cellToolchain.ts";
 import { goLayout, goLayoutBinary } from "../../../testbed/go-matrix/goLayout.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { differencesFromProbe, type ProbeLayouts } from "./support/layoutComparison.ts";
@@ -68,12 +68,6 @@ function probeReads(l: Http2Layout): Record<string, number> {
 const goMissing = goUnavailable();
 /** Without Go: skip, except under CI=true, where `before` fails on it. */
 const skip = goMissing !== null && process.env.CI !== "true" ? goMissing : false;
-
-/** A cell whose toolchain is not installed (Debian's Go 1.19) is skipped outside CI; under CI it fails. */
-function cellSkip(cell: MatrixCell): string | false {
-  const missing = cellToolchainMissing(cell);
-  return missing !== null && process.env.CI !== "true" ? missing : false;
-}
 
 /** What the agent follows in a binary: each family and where its layout came from, or why none. */
 async function agentSees(binary: string): Promise<string> {

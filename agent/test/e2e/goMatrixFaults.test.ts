@@ -14,19 +14,13 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { buildCell } from "../../../testbed/go-matrix/buildCell.ts";
-import { MATRIX_CELLS, type MatrixCell } from "../../../testbed/go-matrix/cells.ts";
-import { cellToolchainMissing } from "../../../testbed/go-matrix/cellToolchain.ts";
+import { MATRIX_CELLS } from "../../../testbed/go-matrix/cells.ts";
+import { cellSkip, cellToolchainMissing } from "../../../testbed/go-matrix/cellToolchain.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { inspectGoBinary } from "../../src/sources/goBinary/inspectGoBinary.ts";
 import { followLog, startAgentProcess, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { goOperatorFaults, type FaultRow, type GoOperatorFaults, type OperatorClient } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
-
-/** A cell whose toolchain is not installed (Debian's Go 1.19) is skipped outside CI; under CI it fails. */
-function cellSkip(cell: MatrixCell): string | false {
-  const missing = cellToolchainMissing(cell);
-  return missing !== null && process.env.CI !== "true" ? missing : false;
-}
 
 describe("Go request verdicts on every cell of the Go × x/net matrix", { skip: skipWithoutKernelOrGo(), timeout: 590_000 }, () => {
   let dir: string;
