@@ -8,7 +8,8 @@ import { cpSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
-export function goEnv(goarch?: string): NodeJS.ProcessEnv {
+/** `toolchain`: a GOTOOLCHAIN value (`go1.27.3` downloads that release through the module proxy); default as below. */
+export function goEnv(goarch?: string, toolchain?: string): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     CGO_ENABLED: "0",
@@ -17,8 +18,8 @@ export function goEnv(goarch?: string): NodeJS.ProcessEnv {
     GOWORK: "off",
     GO111MODULE: "on",
     // The toolchain on PATH, whatever go.mod's `go` line asks; a caller that
-    // wants another sets GOTOOLCHAIN itself.
-    GOTOOLCHAIN: process.env.GOTOOLCHAIN ?? "local",
+    // wants another sets GOTOOLCHAIN itself, or asks for one per build.
+    GOTOOLCHAIN: toolchain ?? process.env.GOTOOLCHAIN ?? "local",
     GOARCH: goarch ?? "amd64",
   };
   // The toolchain refuses to run without a cache directory to use.
@@ -34,9 +35,9 @@ export function goUnavailable(): string | null {
   return null;
 }
 
-export function run(file: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<string> {
+export function run(file: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(file, args, { cwd: opts.cwd, env: opts.env ?? goEnv(), maxBuffer: 64 << 20, timeout: 170_000 }, (error, stdout, stderr) => {
+    execFile(file, args, { cwd: opts.cwd, env: opts.env ?? goEnv(), maxBuffer: 64 << 20, timeout: opts.timeoutMs ?? 170_000 }, (error, stdout, stderr) => {
       if (error) reject(new Error(`${file} ${args.join(" ")} failed: ${error.message}\n${stderr}`));
       else resolve(stdout);
     });
@@ -53,11 +54,15 @@ export interface GoBuild {
   /** Extra `go build` flags, e.g. ["-ldflags=-s -w"]. */
   flags?: readonly string[];
   goarch?: string;
+  /** How long the build may take (default 170 s); a module with many dependencies takes longer from a cold cache. */
+  timeoutMs?: number;
+  /** GOTOOLCHAIN for this build, e.g. "go1.27.3"; default: the environment's, else the local toolchain. */
+  toolchain?: string;
 }
 
 /** Builds one module; resolves to the binary's path. */
 export async function buildGo(build: GoBuild): Promise<string> {
   cpSync(build.source, build.workDir, { recursive: true });
-  await run("go", ["build", "-trimpath", ...(build.flags ?? []), "-o", build.out, "."], { cwd: build.workDir, env: goEnv(build.goarch) });
+  await run("go", ["build", "-trimpath", ...(build.flags ?? []), "-o", build.out, "."], { cwd: build.workDir, env: goEnv(build.goarch, build.toolchain), timeoutMs: build.timeoutMs });
   return build.out;
 }

@@ -121,9 +121,8 @@ function streamWatch(store: ObjectStore, watch: WatchRequest, ctx: RequestContex
     event.resource === key && (watch.namespace === undefined || event.object.metadata.namespace === watch.namespace) &&
     objectMatches(event.object, watch.fields, watch.labels);
 
-  const initial: KubeObject[] = watch.fromRevision === null
-    ? store.list(key, watch.namespace).items.filter((object) => objectMatches(object, watch.fields, watch.labels))
-    : [];
+  const listed = watch.fromRevision === null ? store.list(key, watch.namespace) : null;
+  const initial: KubeObject[] = listed ? listed.items.filter((object) => objectMatches(object, watch.fields, watch.labels)) : [];
   const subscription = store.subscribe(watch.fromRevision, (event) => { if (relevant(event)) send(event.type, event.object); });
   if (subscription === "expired" || subscription === "full") {
     const status = subscription === "expired"
@@ -144,14 +143,17 @@ function streamWatch(store: ObjectStore, watch: WatchRequest, ctx: RequestContex
     if (!res.writableEnded) res.end();
   }
   res.on("close", stop);
+  const bookmark = (metadata: { resourceVersion: string; annotations?: Record<string, string> }): unknown => ({
+    kind: watch.def.kind, apiVersion: watch.def.group === "" ? watch.def.version : `${watch.def.group}/${watch.def.version}`, metadata,
+  });
   for (const object of initial) send("ADDED", object);
+  if (listed && watch.initialEvents && watch.bookmarks) {
+    send("BOOKMARK", bookmark({ resourceVersion: listed.resourceVersion, annotations: { "k8s.io/initial-events-end": "true" } }));
+  }
   for (const event of backlog) if (relevant(event)) send(event.type, event.object);
   if (watch.timeoutSeconds !== null && watch.timeoutSeconds > 0) timers.push(setTimeout(stop, watch.timeoutSeconds * 1000));
   if (watch.bookmarks) {
-    timers.push(setInterval(() => send("BOOKMARK", {
-      kind: watch.def.kind, apiVersion: watch.def.group === "" ? watch.def.version : `${watch.def.group}/${watch.def.version}`,
-      metadata: { resourceVersion: String(store.currentRevision()) },
-    }), BOOKMARK_INTERVAL_MS));
+    timers.push(setInterval(() => send("BOOKMARK", bookmark({ resourceVersion: String(store.currentRevision()) })), BOOKMARK_INTERVAL_MS));
   }
 }
 

@@ -28,6 +28,13 @@ export interface WatchRequest {
   labels: Selector;
   timeoutSeconds: number | null;
   bookmarks: boolean;
+  /**
+   * `sendInitialEvents=true` (client-go's watch-list, on by default since
+   * 1.35): the current state as ADDED events, whatever resourceVersion says
+   * (NotOlderThan it is), then, with bookmarks allowed, a BOOKMARK annotated
+   * `k8s.io/initial-events-end` telling the client its cache is complete.
+   */
+  initialEvents: boolean;
 }
 
 export type ApiAnswer = { kind: "json"; status: number; body: unknown } | { kind: "watch"; watch: WatchRequest };
@@ -107,7 +114,8 @@ export function serveApi(store: ObjectStore, req: ApiRequest): ApiAnswer {
       const labels = parseSelector("label", query.get("labelSelector"));
       if (isTrue(query.get("watch"))) {
         const rv = query.get("resourceVersion");
-        const fromRevision = rv === null || rv === "" || rv === "0" ? null : Number(rv);
+        const initialEvents = isTrue(query.get("sendInitialEvents"));
+        const fromRevision = initialEvents || rv === null || rv === "" || rv === "0" ? null : Number(rv);
         if (fromRevision !== null && !Number.isSafeInteger(fromRevision)) throw new ApiError(400, `invalid resourceVersion ${JSON.stringify(rv)}`);
         const timeout = query.get("timeoutSeconds");
         return {
@@ -116,6 +124,7 @@ export function serveApi(store: ObjectStore, req: ApiRequest): ApiAnswer {
             def, namespace, fromRevision, fields, labels,
             timeoutSeconds: timeout === null ? null : Number(timeout),
             bookmarks: isTrue(query.get("allowWatchBookmarks")),
+            initialEvents,
           },
         };
       }

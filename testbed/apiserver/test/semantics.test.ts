@@ -150,6 +150,35 @@ void describe("watch", () => {
       session.close();
     }
   });
+
+  void it("watch-list (sendInitialEvents, client-go's default): the state now as ADDED, the initial-events-end BOOKMARK, then changes", async () => {
+    const path = "/apis/demo.lostwrite.dev/v1/namespaces/watchlist/widgets";
+    await h1(server, "POST", path, widget("listed-1"));
+    const second = (await h1(server, "POST", path, widget("listed-2"))).body as Obj;
+    const session = http2.connect(server.url, { ca: server.ca });
+    try {
+      const events: { type: string; object: Obj & { metadata: { annotations?: Record<string, string> } } }[] = [];
+      // resourceVersion=1 is NotOlderThan's floor, not a replay's start: the objects come once each, as they are now.
+      const stream = session.request({ ":path": `${path}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=1&allowWatchBookmarks=true` });
+      let buffered = "";
+      const got = new Promise<void>((resolve) => {
+        stream.on("data", (chunk: Buffer) => {
+          buffered += chunk.toString();
+          const lines = buffered.split("\n");
+          buffered = lines.pop() ?? "";
+          for (const line of lines) events.push(JSON.parse(line) as (typeof events)[number]);
+          if (events.length === 3) void h1(server, "PATCH", `${path}/listed-1/status`, { status: { phase: "Ready" } }, "application/merge-patch+json");
+          if (events.length >= 4) resolve();
+        });
+      });
+      await got;
+      stream.close();
+      assert.deepEqual(events.map((e) => [e.type, e.object.metadata.name ?? null]), [["ADDED", "listed-1"], ["ADDED", "listed-2"], ["BOOKMARK", null], ["MODIFIED", "listed-1"]]);
+      assert.deepEqual(events[2]?.object.metadata, { resourceVersion: second.metadata.resourceVersion, annotations: { "k8s.io/initial-events-end": "true" } });
+    } finally {
+      session.close();
+    }
+  });
 });
 
 void describe("pods and EndpointSlices from the control API", () => {

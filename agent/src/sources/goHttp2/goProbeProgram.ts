@@ -14,7 +14,7 @@
 // bpftrace needs --unsafe to attach a uprobe at a raw offset into a binary
 // without symbols; the program uses nothing else that flag unlocks (no
 // system(), no signal(), no writes to user memory).
-import type { Http2Family } from "../goBinary/inspectGoBinary.ts";
+import type { Http2Family, ProbePlacement } from "../goBinary/inspectGoBinary.ts";
 import type { Http2Function } from "../goBinary/http2Families.ts";
 import type { Http2Layout } from "../goBinary/http2Layouts.ts";
 import { ANNOUNCE, FOLLOWED, renderFollowedPids, type FollowedPidsOptions } from "../probe/followedPids.ts";
@@ -32,6 +32,17 @@ export interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit">
   /** What bpftrace attaches to: the binary through a path that outlives its processes, e.g. /proc/<agent>/fd/12. */
   binary: string;
   families: readonly Pick<Http2Family, "name" | "functions" | "layout">[];
+  /**
+   * "entry" (the binary has a symbol table): each uprobe is given as the
+   * function's virtual address. bpftrace 0.17 reads `uprobe:FILE:0xN` as an
+   * address and looks it up in the symbol table: a file offset that happens
+   * to fall inside another function's addresses (any offset past 0x401000,
+   * so in every binary larger than about 4 MiB, as a controller-runtime
+   * manager is) is refused as a probe inside that function. The address
+   * resolves to the function itself. Without a symbol table (or when
+   * omitted) the number is the file offset, which is what bpftrace takes then.
+   */
+  probePlacement?: ProbePlacement;
 }
 
 // The socket of a *ClientConn in $cc: cc.tconn (a net.Conn; its data word
@@ -175,7 +186,8 @@ export function renderGoProgram(target: GoProbeTarget): string {
     const bodies = bodiesOf(family.layout);
     return (Object.keys(bodies) as Http2Function[]).map((fn) => {
       const location = family.functions[fn];
-      return `// ${location.symbol}\nuprobe:${target.binary}:0x${location.probeOffset.toString(16)} /${FOLLOWED}/ {${bodies[fn]}\n}`;
+      const at = target.probePlacement === "entry" ? location.vaddr : location.probeOffset;
+      return `// ${location.symbol}\nuprobe:${target.binary}:0x${at.toString(16)} /${FOLLOWED}/ {${bodies[fn]}\n}`;
     });
   });
   return [

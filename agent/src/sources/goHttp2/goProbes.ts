@@ -98,7 +98,7 @@ export class GoProbes {
       await this.#programs.add(pid, key, () => ({
         // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
         path: this.#exe(pid),
-        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, ...follow }),
+        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: inspected.probePlacement, ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
         details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },

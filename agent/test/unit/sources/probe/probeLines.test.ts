@@ -226,6 +226,19 @@ void describe("the generated Go HTTP/2 program", () => {
     assert.deepEqual(methodReads, HTTP2_FAMILY_NAMES.map((name) => (name === "internal" ? "16/32" : "0/16")));
   });
 
+  void it("in a binary with a symbol table, attaches at each function's address, which bpftrace looks up there", () => {
+    // At entries, as in a binary with symbols, and past 0x401000: a file offset bpftrace would take for an address in another function.
+    const atEntry = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at });
+    const large = HTTP2_FAMILY_NAMES.map((name, f) => ({
+      name,
+      layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
+      functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, atEntry(HTTP2_SYMBOLS[name][fn], 0x500000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof atEntry>>,
+    }));
+    const withSymbols = renderGoProgram({ binary: "/proc/9/fd/12", families: large, probePlacement: "entry", programId: 3, pids: [42], execWatch: false });
+    const attached = [...withSymbols.matchAll(/^uprobe:\S+:0x([0-9a-f]+) /gm)].map((m) => parseInt(m[1]!, 16));
+    assert.deepEqual(attached, large.flatMap((f) => HTTP2_FUNCTIONS.map((fn) => f.functions[fn].vaddr)));
+  });
+
   void it("keys what it keeps between probes by pid too: two processes of one binary share heap addresses", () => {
     const uses = [...text.matchAll(/@go_\w+\[([^\]]*)\]/g)];
     assert.ok(uses.length >= 6, `the program keeps state: ${uses.length} uses`);
