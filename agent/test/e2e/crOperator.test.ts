@@ -88,7 +88,7 @@ describe("a controller-runtime operator's lost status writes, from uprobes on it
 
   after(async () => {
     if (rows.length > 0) {
-      console.log(`# controller-runtime operator, expected vs detected\n${rows.map((r) => `#   ${r.operator.padEnd(26)} ${r.write.padEnd(10)} expected: ${r.expected.padEnd(56)} detected: ${r.detected}`).join("\n")}`);
+      console.log(`# controller-runtime operator, expected vs detected\n${rows.map((r) => `#   ${r.operator.padEnd(38)} ${r.write.padEnd(10)} expected: ${r.expected.padEnd(56)} detected: ${r.detected}`).join("\n")}`);
     }
     if (process.env.CR_E2E_DEBUG) console.error(agent?.stderr.filter((l) => !l.includes("boundary")).join("\n"), JSON.stringify(agent?.events, null, 1));
     await agent?.stop();
