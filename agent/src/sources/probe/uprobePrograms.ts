@@ -288,12 +288,18 @@ export class UprobePrograms {
     this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
   }
 
-  /** Programs whose file no target has used for idleMs, and the longest idle past maxIdle. */
+  /**
+   * Programs whose file no target has used for idleMs, and the longest idle
+   * past maxIdle, one at a time: stopping one takes a while, and meanwhile a
+   * new process of another idle file may have made it used again.
+   */
   async #stopIdle(): Promise<void> {
-    const now = Date.now();
-    const idle = [...this.#files].filter(([, file]) => file.idleSince !== null).sort(([, a], [, b]) => a.idleSince! - b.idleSince!);
-    for (const [i, [key, file]] of idle.entries()) {
-      if (now - file.idleSince! < this.#o.idleMs && idle.length - i <= this.#o.maxIdle) continue;
+    for (;;) {
+      const now = Date.now();
+      const idle = [...this.#files].filter(([, file]) => file.idleSince !== null).sort(([, a], [, b]) => a.idleSince! - b.idleSince!);
+      const stale = idle.find(([, file], i) => now - file.idleSince! >= this.#o.idleMs || idle.length - i > this.#o.maxIdle);
+      if (stale === undefined) return;
+      const [key, file] = stale;
       this.#files.delete(key);
       await this.#stopProgram(file);
     }

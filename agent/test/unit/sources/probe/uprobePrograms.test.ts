@@ -24,11 +24,12 @@ void describe("uprobe programs", { timeout: 30_000 }, () => {
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-uprobes-"));
     log = path.join(dir, "runs.log");
     fake = path.join(dir, "bpftrace");
-    // Called as `bpftrace -f json [flags] FILE AGENT_PID`: logs the program's first line, then beats until told to stop.
+    // Called as `bpftrace -f json [flags] FILE AGENT_PID`: logs the program's first line, then beats until told to stop
+    // (a program whose first line says "slow" takes half a second to exit).
     writeFileSync(fake, String.raw`#!/bin/sh
 eval "file=\$$(($# - 1))"
 echo "start $(head -1 "$file")" >> "${log}"
-trap 'echo "stop $(head -1 "$file")" >> "${log}"; exit 0' INT TERM
+trap 'echo "stop $(head -1 "$file")" >> "${log}"; case "$(head -1 "$file")" in *slow*) sleep 0.5;; esac; exit 0' INT TERM
 printf '%s\n' '{"type": "printf", "data": "hello 1 1\n"}'
 while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; done
 `);
@@ -58,9 +59,8 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
     }
   }
 
-  void it("starts one program per file, keeps it while pids come and go, and stops the longest idle past maxIdle", async () => {
-    const metrics = new AgentMetrics();
-    const programs = new UprobePrograms({
+  const programsWith = (metrics: AgentMetrics, maxIdle: number): UprobePrograms =>
+    new UprobePrograms({
       what: "Test probe",
       bpftrace: fake,
       procRoot: "/proc",
@@ -75,13 +75,17 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       restarts: metrics.goProbeRestarts,
       onRecord: () => {},
       onAttached: () => {},
-      maxIdle: 2,
+      maxIdle,
     });
-    const spec = (name: string) => () => {
-      const file = path.join(dir, name);
-      writeFileSync(file, name);
-      return { path: file, render: () => `// ${name}\n`, details: { file: name } };
-    };
+  const spec = (name: string) => () => {
+    const file = path.join(dir, name);
+    writeFileSync(file, name);
+    return { path: file, render: () => `// ${name}\n`, details: { file: name } };
+  };
+
+  void it("starts one program per file, keeps it while pids come and go, and stops the longest idle past maxIdle", async () => {
+    const metrics = new AgentMetrics();
+    const programs = programsWith(metrics, 2);
     try {
       // Two live processes of file a, one after the other, coming and going: one program.
       const [live1, live2] = [process.pid, process.ppid];
@@ -108,5 +112,27 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       await programs.stop();
     }
     assert.deepEqual(runs().filter((r) => r.startsWith("stop")).sort(), ["stop // a", "stop // b", "stop // c", "stop // d"]);
+  });
+
+  void it("keeps a program whose file is used again while an older idle one is being stopped", async () => {
+    const programs = programsWith(new AgentMetrics(), 1);
+    const live = process.pid;
+    try {
+      await programs.add(live, "slow-e", spec("slow-e"));
+      await waitForRun("start // slow-e");
+      await programs.remove(live); // idle, kept: one may wait
+      await programs.add(live, "f", spec("f"));
+      await waitForRun("start // f");
+      // f idle too: two idle past maxIdle 1, so slow-e, idle longest, is stopped, which takes half a second…
+      const removing = programs.remove(live);
+      await waitForRun("stop // slow-e");
+      // …meanwhile a new process of f starts.
+      await programs.add(process.ppid, "f", spec("f"));
+      await removing;
+      assert.equal(programs.pidsOf("f"), 1);
+      assert.deepEqual(runs().filter((r) => r.endsWith("// f")), ["start // f"], "f's program neither stopped nor started again");
+    } finally {
+      await programs.stop();
+    }
   });
 });
