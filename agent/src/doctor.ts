@@ -4,6 +4,7 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { execa } from "execa";
 import { REQUIRED_TRACEPOINTS, bpftraceEnv, chooseVariant, tracepointAvailable } from "./sources/probe/probeProgram.ts";
+import { TLS_TRACEPOINT } from "./sources/tls/tlsProbeProgram.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
 import { parseCgroupFile } from "./sources/targets/cgroup.ts";
 
@@ -126,6 +127,15 @@ export async function collectChecks(bpftrace: string, procRoot = "/proc"): Promi
         : {}),
     });
   }
+  const tlsAnswers = tracepointAvailable(TLS_TRACEPOINT);
+  checks.push({
+    name: "TLS answers",
+    ok: tlsAnswers,
+    detail: tlsAnswers
+      ? `${TLS_TRACEPOINT} present: OpenSSL clients' connections are judged by what SSL_read returned`
+      : `no ${TLS_TRACEPOINT}: the TLS program cannot tie an SSL object to its socket; OpenSSL clients are judged on the socket path`,
+    ...(tlsAnswers ? {} : { fix: "Linux >= 6.3 has it" }),
+  });
   try {
     checks.push({ name: "probe variant", ok: true, detail: `the agent will load "${chooseVariant()}"` });
   } catch (err) {
@@ -162,7 +172,7 @@ export async function runDoctor(opts: { bpftrace: string; procRoot: string; out:
     opts.out.write(`${check.ok ? "ok  " : "FAIL"}  ${check.name}: ${check.detail}\n`);
     if (!check.ok && check.fix) opts.out.write(`      fix: ${check.fix}\n`);
   }
-  // The socket variant missing is not fatal when the fallback works.
-  const fatal = checks.filter((c) => !c.ok && c.name !== "tracepoints (sockets)" && c.name !== "tracepoints (syscalls)");
+  // The socket variant missing is not fatal when the fallback works, nor are TLS answers.
+  const fatal = checks.filter((c) => !c.ok && c.name !== "tracepoints (sockets)" && c.name !== "tracepoints (syscalls)" && c.name !== "TLS answers");
   return fatal.length ? 1 : 0;
 }

@@ -34,11 +34,12 @@ import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { GoProbes } from "./sources/goHttp2/goProbes.ts";
 import { TlsProbes } from "./sources/tls/tlsProbes.ts";
+import { TLS_TRACEPOINT } from "./sources/tls/tlsProbeProgram.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import { FollowChannel } from "./sources/probe/followChannel.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
 import type { TlsAttachment } from "./sources/tls/tlsAnswers.ts";
-import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
+import { chooseVariant, tracepointAvailable, type ProbeVariant } from "./sources/probe/probeProgram.ts";
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
 import { ExecAdmission } from "./sources/targets/execAdmission.ts";
@@ -208,8 +209,14 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     : null;
 
   // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
-  // 1.3 session ticket arriving after the first request is no answer.
-  const tlsProbes = config["tls-probes"]
+  // 1.3 session ticket arriving after the first request is no answer. The TLS
+  // program ties an SSL object to its socket on sock:sock_send_length (Linux
+  // 6.3+): on older kernels bpftrace refuses it, so it is not started at all.
+  const tlsTracepoint = tracepointAvailable(TLS_TRACEPOINT);
+  if (config["tls-probes"] && !tlsTracepoint) {
+    log.warn("TLS answers need the kernel's sock:sock_send_length tracepoint (Linux 6.3+), which this kernel lacks: OpenSSL clients are judged on the socket path");
+  }
+  const tlsProbes = config["tls-probes"] && tlsTracepoint
     ? new TlsProbes({
         ...uprobeContext,
         answers: judged.tlsAnswers,

@@ -39,6 +39,9 @@ import { ANNOUNCE, FOLLOWED, renderFollowedPids, type FollowedPidsOptions } from
  */
 export const TLS_ANSWER_MIN_BYTES = 74;
 
+/** Where the program learns an SSL object's socket: its first TCP send inside an SSL call (Linux 6.3+). */
+export const TLS_TRACEPOINT = "sock/sock_send_length";
+
 export interface TlsProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
   /** What bpftrace attaches to: the OpenSSL file through a path that outlives its processes, e.g. /proc/<agent>/fd/12. */
   library: string;
@@ -114,7 +117,7 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     // A freed SSL's address may be the next one's.
     `uprobe:${lib}:SSL_free /${FOLLOWED}/ {\n\tdelete(@tls_sk[pid, arg0]);\n\t$cur = @tls_cur[pid, tid];\n\tif ($cur == arg0) {\n\t\tdelete(@tls_cur[pid, tid]);\n\t}\n}`,
     // bpftrace 0.17's verifier rejects a read of args after a branch: copy them first.
-    `tracepoint:sock:sock_send_length /${FOLLOWED}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t\t@tls_alive[$skp] = 1;\n\t\t}\n\t}\n}`,
+    `tracepoint:${TLS_TRACEPOINT.replace("/", ":")} /${FOLLOWED}/ {\n\t$skp = (uint64)args->sk;\n\t$protocol = args->protocol;\n\t$ssl = (uint64)@tls_cur[pid, tid];\n\tif ($ssl != 0 && $protocol == 6) {\n\t\tif (@tls_sk[pid, $ssl] == 0) {\n\t\t\t@tls_sk[pid, $ssl] = $skp;\n\t\t\t@tls_alive[$skp] = 1;\n\t\t}\n\t}\n}`,
     // A followed socket reached CLOSE (in any context: a reset is handled in softirq).
     `tracepoint:sock:inet_sock_set_state {\n\t$skp = (uint64)args->skaddr;\n\t$new = args->newstate;\n\t$protocol = args->protocol;\n\tif ($new == 7 && $protocol == 6) {\n\t\tdelete(@tls_alive[$skp]);\n\t\t$owner = @tls_owner[$skp];\n\t\tif ($owner != 0) {\n\t\t\t$since = @tls_since[$skp];\n\t\t\t$waited = (uint64)0;\n\t\t\tif ($since != 0) {\n\t\t\t\t$waited = nsecs - $since;\n\t\t\t}\n\t\t\tprintf("tls_close %llu %d %llu %d %llu %d\\n", nsecs, $owner, $skp, @tls_bytes[$skp] + @tls_pending[$skp], $waited, @tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_owner[$skp]);\n\t\t\tdelete(@tls_pending[$skp]);\n\t\t\tdelete(@tls_peer_closed[$skp]);\n\t\t\tdelete(@tls_since[$skp]);\n\t\t\tdelete(@tls_bytes[$skp]);\n\t\t}\n\t}\n}`,
   ];
