@@ -77,6 +77,20 @@ interface ClientStep {
 
 /** Under software emulation everything is 10-50x slower than on the host: waits are generous. */
 const EVENT_WAIT_MS = 60_000;
+/** The agent's start compiles its socket program with bpftrace: about a minute under emulation, more on 5.10. */
+const AGENT_READY_MS = 300_000;
+
+/** `lostwrite doctor`, as a user runs it. */
+function runDoctor(): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(NODE, [repoPath("agent/src/cli.ts"), "doctor"], { stdio: ["ignore", "pipe", "pipe"] });
+    let output = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
+    child.once("error", reject);
+    child.once("exit", (code) => resolve({ code, output }));
+  });
+}
 
 describe("kernel smoke: doctor, probe families, faults end to end", { skip: skipWithoutKernel(), timeout: 900_000 }, () => {
   let dir: string;
@@ -89,6 +103,7 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
   let tlsServer: net.Server;
   let plainServer: net.Server;
   let refusedPort: number;
+  let doctor: { code: number | null; output: string };
   const results: KernelResults = { kernel: os.release(), variant: null, doctor: [], families: [], faults: [] };
 
   /** Runs lw_client.py as lw-client once the agent follows it (it logs every target it adds). */
@@ -127,6 +142,9 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
 
   before(async () => {
     assertKernelRequirements();
+    // First, so that its checks are in the results even when the agent then fails to start.
+    doctor = await runDoctor();
+    results.doctor = doctor.output.split("\n").filter((line) => /^(ok|FAIL) /.test(line)).map((line) => line.replace(/\s+/, " "));
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-kernel-smoke-"));
     goOperator = process.env.KERNEL_SMOKE_GO_OPERATOR ?? (await buildGoOperator(dir, { stripped: true }));
     // The kernel's comm is the name the binary was exec'd under: a symlink names the client.
@@ -145,7 +163,7 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
       "--apiserver", `127.0.0.1:${api.port}`,
       "--correlation-window", "2s",
       "--span-grace", "0s",
-    ]);
+    ], {}, { readyTimeoutMs: AGENT_READY_MS });
     agentLog = followLog(agent.child);
     faults = goOperatorFaults(api, agent, agentLog);
   });
@@ -163,19 +181,10 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it("lostwrite doctor passes, and names the variant the kernel allows", async () => {
-    const { code, output } = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-      const child = spawn(NODE, [repoPath("agent/src/cli.ts"), "doctor"], { stdio: ["ignore", "pipe", "pipe"] });
-      let output = "";
-      child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
-      child.stderr.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
-      child.once("error", reject);
-      child.once("exit", (exitCode) => resolve({ code: exitCode, output }));
-    });
-    results.doctor = output.split("\n").filter((line) => /^(ok|FAIL) /.test(line)).map((line) => line.replace(/\s+/, " "));
+  it("lostwrite doctor passes, and names the variant the kernel allows", () => {
     const expected = tracepointAvailable("sock/sock_send_length") ? "sockets" : "syscalls";
-    assert.equal(code, 0, output);
-    assert.match(output, new RegExp(`the agent will load "${expected}"`), output);
+    assert.equal(doctor.code, 0, doctor.output);
+    assert.match(doctor.output, new RegExp(`the agent will load "${expected}"`), doctor.output);
   });
 
   it("loads the socket program in the variant the kernel allows", () => {
