@@ -1,16 +1,18 @@
 // `npm run test:kernels`: the kernel smoke suite (agent/test/kernels/smoke.test.ts)
 // inside a VM booted on each kernel of kernels.ts, then docs/kernels.md from
-// what each run found.
+// what each kernel's last run found (kept in the cache directory, so that a
+// run of one kernel leaves the others' last results in the page).
 //   node testbed/kernels/testKernels.ts [--kernel NAME]...
 // The Go operator is built here on the host first: the guest sees the host's
 // files, and a Go build under software emulation would take minutes.
 // Exit code 0 only when the suite passed on every kernel.
-import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { KernelResults } from "../../agent/test/kernels/results.ts";
 import { buildGoOperator } from "../go-operator/build.ts";
+import { cacheDir } from "./kernelCache.ts";
 import { KERNELS, kernelNamed } from "./kernels.ts";
 import { renderKernelsDoc, type KernelRun } from "./kernelsDoc.ts";
 import { waitForQuietMachine } from "./quietMachine.ts";
@@ -35,7 +37,10 @@ function failureLines(output: string): string {
   return [...new Set(lines)].slice(0, 30).join("\n");
 }
 
-const runs: KernelRun[] = [];
+const lastRuns = path.join(cacheDir(), "last-runs");
+mkdirSync(lastRuns, { recursive: true });
+const lastRunFile = (name: string): string => path.join(lastRuns, `${name}.json`);
+const passed: boolean[] = [];
 for (const kernel of kernels) {
   await waitForQuietMachine(log);
   log(`Linux ${kernel.name} (${kernel.package}): booting`);
@@ -48,7 +53,7 @@ for (const kernel of kernels) {
   process.stdout.write(result.output);
   if (result.exitCode === null) process.stdout.write(result.console.split("\n").slice(-40).join("\n"));
   const results = existsSync(resultsFile) ? (JSON.parse(readFileSync(resultsFile, "utf8")) as KernelResults) : null;
-  runs.push({
+  const run: KernelRun = {
     kernel: kernel.name,
     package: kernel.package,
     release: result.release,
@@ -57,12 +62,15 @@ for (const kernel of kernels) {
     bootMs: result.bootMs,
     runMs: result.runMs,
     failure: result.exitCode === 0 ? null : failureLines(result.output) || (result.timedOut ? "timed out" : "the suite never ran; see the VM console above"),
-  });
+  };
+  writeFileSync(lastRunFile(kernel.name), JSON.stringify(run, null, 2));
+  passed.push(run.exitCode === 0);
   log(`Linux ${kernel.name}: exit ${result.exitCode ?? "none"}, boot ${result.bootMs} ms, run ${result.runMs} ms`);
 }
 
 const notes = readFileSync(path.join(REPO, "testbed/kernels/notes.md"), "utf8");
+const runs = KERNELS.filter((k) => existsSync(lastRunFile(k.name))).map((k) => JSON.parse(readFileSync(lastRunFile(k.name), "utf8")) as KernelRun);
 writeFileSync(path.join(REPO, "docs/kernels.md"), renderKernelsDoc(runs, new Date(), notes));
 log("wrote docs/kernels.md");
 rmSync(work, { recursive: true, force: true });
-process.exit(runs.every((run) => run.exitCode === 0) ? 0 : 1);
+process.exit(passed.every(Boolean) ? 0 : 1);
