@@ -47,7 +47,7 @@ export function renderKernelsDoc(runs: KernelRun[], when: Date, notes: string): 
     "",
     "<!-- Written by `npm run test:kernels` (testbed/kernels/testKernels.ts); the notes section is kept in testbed/kernels/notes.md. -->",
     "",
-    `Last run ${when.toISOString().slice(0, 16).replace("T", " ")} UTC: the kernel smoke suite (\`agent/test/kernels/smoke.test.ts\`) in a VM`,
+    `Written ${when.toISOString().slice(0, 16).replace("T", " ")} UTC from each kernel's last run of the kernel smoke suite (\`agent/test/kernels/smoke.test.ts\`) in a VM`,
     "booted on each Debian kernel, under software emulation (qemu TCG, 2 virtual CPUs, 3 GiB). Boot is from starting",
     "virtme-ng to the suite's start in the guest; run is the suite itself (`node --test`, the agent and its bpftrace",
     "compiles included).",

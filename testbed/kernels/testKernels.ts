@@ -2,7 +2,8 @@
 // inside a VM booted on each kernel of kernels.ts, then docs/kernels.md from
 // what each kernel's last run found (kept in the cache directory, so that a
 // run of one kernel leaves the others' last results in the page).
-//   node testbed/kernels/testKernels.ts [--kernel NAME]...
+//   node testbed/kernels/testKernels.ts [--kernel NAME]... [--doc-only]
+// --doc-only boots nothing: it writes docs/kernels.md from the last runs again.
 // The Go operator is built here on the host first: the guest sees the host's
 // files, and a Go build under software emulation would take minutes.
 // Exit code 0 only when the suite passed on every kernel.
@@ -25,11 +26,12 @@ const log = (line: string): void => console.error(`test:kernels: ${line}`);
 const KERNEL_TIMEOUT_MS = 20 * 60_000;
 
 const names = process.argv.flatMap((arg, i, all) => (all[i - 1] === "--kernel" ? [arg] : []));
-const kernels = names.length ? names.map(kernelNamed) : [...KERNELS];
+const docOnly = process.argv.includes("--doc-only");
+const kernels = docOnly ? [] : names.length ? names.map(kernelNamed) : [...KERNELS];
 
 const work = mkdtempSync(path.join(os.tmpdir(), "lostwrite-test-kernels-"));
-log("building the Go operator on the host");
-const goOperator = await buildGoOperator(work, { stripped: true });
+if (kernels.length) log("building the Go operator on the host");
+const goOperator = kernels.length ? await buildGoOperator(work, { stripped: true }) : "";
 
 /** The lines that say what failed: node's test failures and bpftrace's errors. */
 function failureLines(output: string): string {
