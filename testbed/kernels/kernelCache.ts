@@ -18,7 +18,7 @@ const ARCHIVE: Record<Kernel["suite"], string[]> = {
 };
 
 export function cacheDir(): string {
-  if (process.env.LOSTWRITE_KERNEL_CACHE) return process.env.LOSTWRITE_KERNEL_CACHE;
+  if (process.env.KERNELS_CACHE_DIR) return process.env.KERNELS_CACHE_DIR;
   if (process.env.XDG_CACHE_HOME) return path.join(process.env.XDG_CACHE_HOME, "lostwrite-kernels");
   return process.getuid?.() === 0 ? "/var/cache/lostwrite-kernels" : path.join(os.homedir(), ".cache", "lostwrite-kernels");
 }

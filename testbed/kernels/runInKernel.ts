@@ -6,7 +6,7 @@
 // are mounted read-write, so the command can write results back; the rest of
 // the host is seen read-only (writes land in a tmpfs overlay and vanish).
 //
-// qemu runs under software emulation (TCG) unless LOSTWRITE_KERNELS_KVM=1:
+// qemu runs under software emulation (TCG) unless KERNELS_KVM=1:
 // on the machine this was written on, qemu 7.2 with KVM asserted or hung.
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -76,7 +76,7 @@ export async function runInKernel(kernelName: string | Kernel, command: string, 
   );
   const args = [
     "--run", image.vmlinuz,
-    ...(process.env.LOSTWRITE_KERNELS_KVM === "1" ? [] : ["--disable-kvm"]),
+    ...(process.env.KERNELS_KVM === "1" ? [] : ["--disable-kvm"]),
     "--memory", opts.memory ?? "3G",
     "--cpus", String(opts.cpus ?? 2),
     "--rwdir", REPO,
