@@ -68,6 +68,8 @@ function readyLine(text: string): ReadyLine | null {
 export interface StartAgentOptions {
   /** Runs the agent's command line inside something else (the deployed shape): returns the command to spawn. */
   wrap?: (argv: string[]) => string[];
+  /** How long the agent may take to be ready (default 90 s; a VM under software emulation needs more). */
+  readyTimeoutMs?: number;
 }
 
 export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}, options: StartAgentOptions = {}): Promise<AgentProcess> {
@@ -100,7 +102,8 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
     }
   });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const deadline = Date.now() + 90_000;
+  const readyTimeoutMs = options.readyTimeoutMs ?? 90_000;
+  const deadline = Date.now() + readyTimeoutMs;
   let ready: ReadyLine;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`agent exited with ${child.exitCode}: ${stderr.join("\n")}`);
@@ -116,7 +119,7 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
     }
     if (Date.now() > deadline) {
       child.kill("SIGKILL");
-      throw new Error(`agent not ready after 90 s: ${stderr.join("\n")}`);
+      throw new Error(`agent not ready after ${readyTimeoutMs / 1000} s: ${stderr.join("\n")}`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }

@@ -62,7 +62,13 @@ export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: 
       await waitFor(`the Go probe to let the stopped operator [${pid}] go`, () => loggedFor(agentLog, "Go probe no longer follows", pid), 30_000);
     };
     // Followed by its binary's program: uprobes on the binary, reporting for its pid.
-    await waitFor(`the Go probe of ${path.basename(binary)} to follow [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), 30_000);
+    try {
+      await waitFor(`the Go probe of ${path.basename(binary)} to follow [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), 30_000);
+    } catch (err) {
+      // Not left running: its retrying watch would keep the test process alive.
+      child.kill("SIGKILL");
+      throw err;
+    }
     assert.ok((await agent.metric("lostwrite_go_probes_attached")) >= 1, "an attached program is counted");
     return { child, pid, namespace, stop };
   }
