@@ -8,11 +8,10 @@ import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import tls from "node:tls";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { generateCertificates } from "../../../testbed/apiserver/certificates.ts";
 import { freePort, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { resetOnMarkerServer, tlsResetServer } from "./support/resetServers.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_client.py");
@@ -54,32 +53,6 @@ async function runClient(agent: AgentProcess, binary: string, mode: string, port
   const code = await exited;
   if (code !== 0) throw new Error(`client ${mode} exited ${code}: ${out}`);
   return out.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ClientStep);
-}
-
-/** A plain TCP server that resets a connection as soon as it reads "RESET". */
-async function resetOnMarkerServer(): Promise<net.Server> {
-  const server = net.createServer((socket) => {
-    socket.on("data", (data) => {
-      if (data.includes("RESET")) socket.resetAndDestroy();
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
-}
-
-/** A TLS server standing in for the apiserver: reads the request, then resets the TCP connection. */
-async function tlsResetServer(dir: string): Promise<net.Server> {
-  const certs = await generateCertificates(dir);
-  const context = tls.createSecureContext({ cert: certs.certPem, key: certs.keyPem });
-  const server = net.createServer((raw) => {
-    raw.on("error", () => undefined);
-    const secure = new tls.TLSSocket(raw, { isServer: true, secureContext: context });
-    secure.on("error", () => undefined);
-    secure.on("data", () => raw.resetAndDestroy());
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
 }
 
 /** Reads nothing for a while (the client's send buffer fills: EAGAIN), then drains everything. */

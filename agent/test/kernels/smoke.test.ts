@@ -19,46 +19,19 @@ import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import tls from "node:tls";
 import { after, before, describe, it } from "node:test";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
-import { generateCertificates } from "../../../testbed/apiserver/certificates.ts";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { tracepointAvailable } from "../../src/sources/probe/probeProgram.ts";
 import { repoPath } from "../repoPath.ts";
 import { followLog, freePort, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "../e2e/support/agentProcess.ts";
 import { goOperatorFaults, type GoOperatorFaults } from "../e2e/support/goOperatorFaults.ts";
+import { resetOnMarkerServer, tlsResetServer } from "../e2e/support/resetServers.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "../e2e/support/kernelRequirements.ts";
 import { kernelResultsTable, type KernelResults } from "./results.ts";
 
 const CLIENT = repoPath("agent/test/e2e/clients/lw_client.py");
 const NODE = repoPath("node_modules/.bin/node");
-
-/** A plain TCP server that resets a connection as soon as it reads "RESET" (probeToMetrics.test.ts's). */
-async function resetOnMarkerServer(): Promise<net.Server> {
-  const server = net.createServer((socket) => {
-    socket.on("data", (data) => {
-      if (data.includes("RESET")) socket.resetAndDestroy();
-    });
-    socket.on("error", () => undefined);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
-}
-
-/** A TLS server standing in for the apiserver: reads the request, then resets the TCP connection. */
-async function tlsResetServer(dir: string): Promise<net.Server> {
-  const certs = await generateCertificates(dir);
-  const context = tls.createSecureContext({ cert: certs.certPem, key: certs.keyPem });
-  const server = net.createServer((raw) => {
-    raw.on("error", () => undefined);
-    const secure = new tls.TLSSocket(raw, { isServer: true, secureContext: context });
-    secure.on("error", () => undefined);
-    secure.on("data", () => raw.resetAndDestroy());
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return server;
-}
 
 function logLine(text: string): LogLine | null {
   try {
