@@ -85,10 +85,12 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
     try {
       await waitFor(description, () => attachedFor(what, file).length > 0, 30_000);
     } catch (error) {
-      const said = agentLog.filter((line) => line.msg.startsWith(what)).map((line) => JSON.stringify(line));
-      throw new Error(`${(error as Error).message}; the agent's ${what} lines:\n${said.join("\n") || "(none)"}`);
+      throw new Error(`${(error as Error).message}; the agent's ${what} lines:\n${linesOf(what) || "(none)"}`);
     }
   };
+  /** What the agent logged of a kind of program, one JSON line each. */
+  const linesOf = (what: "Go probe" | "TLS probe"): string =>
+    agentLog.filter((line) => line.msg.startsWith(what)).map((line) => JSON.stringify(line)).join("\n");
   const describeEvents = (events: LossEvent[]): string =>
     events.length === 0 ? "no event" : events.map((e) => `${e.cause}${e.request ? ` ${e.request.method} ${e.request.path}` : " (no request)"}`).join("; ");
   const table = (title: string, rows: Row[]): void => {
@@ -191,7 +193,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
     assert.equal(attachedFor("Go probe", /^kubectl$/).length, 1, "one program for kubectl, attached once");
   });
 
-  it("one-shot python TLS scripts in a row, two of three reset: each reset once (the first before any program, by the wire or as uncertain), then by what TLS left unanswered; no answered write a loss", async () => {
+  it("one-shot python TLS scripts in a row, two of three reset: each reset once (before the library's program, which attaches by the third, by the wire or as uncertain), then by what TLS left unanswered; no answered write a loss", async () => {
     const SCRIPTS = 12;
     const python = path.join(dir, "lwt-oneshot");
     symlinkSync("/usr/bin/python3", python);
@@ -201,8 +203,11 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
         const child = execFile(python, [ONESHOT, String(api.port), statusPath], { timeout: 30_000 }, (error, stdout) =>
           error ? reject(new Error(`${path.basename(python)}: ${error.message}`)) : resolve({ pid: child.pid!, out: JSON.parse(stdout) as { status: number | null; error?: string; sent: number } }));
       });
-    const rows: (Row & { sent: number; reset: boolean })[] = [];
+    const rows: (Row & { sent: number; reset: boolean; followed: boolean })[] = [];
+    const libsslAttached = (): boolean => attachedFor("TLS probe", /libssl/).length > 0;
     for (let i = 1; i <= SCRIPTS; i++) {
+      // Followed by the library's program from its exec only once that program is there.
+      const followed = libsslAttached();
       const reset = i % 3 !== 0;
       const namespace = "oneshot";
       const name = `p${i}`;
@@ -212,9 +217,21 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
       if (reset) api.control.addRule({ method: "PATCH", path: statusPath, action: "reset", afterBytes: 1000 });
       const { pid, out } = await run(statusPath);
       assert.equal(out.status, reset ? null : 200, `script ${i}: ${JSON.stringify(out)}`);
-      if (reset && i > 1) await waitFor(`script ${i} [${pid}]: its reset write reported`, () => eventsOf(pid).length > 0, 15_000);
-      rows.push({ run: i, pid, expected: reset ? `connection_reset, ${out.sent} bytes unanswered` : "no loss (answered 200)", detected: "", sent: out.sent, reset });
-      if (i === 1) await waitForAttach("TLS probe", /libssl/, "the TLS program of python's libssl to attach");
+      if (reset && followed) await waitFor(`script ${i} [${pid}]: its reset write reported`, () => eventsOf(pid).length > 0, 15_000);
+      rows.push({ run: i, pid, expected: reset ? `connection_reset, ${out.sent} bytes unanswered${followed ? "" : " (socket path)"}` : "no loss (answered 200)", detected: "", sent: out.sent, reset, followed });
+      // The first script's libssl, found while it ran, makes the library's
+      // program: given a few seconds to attach before the next script (which
+      // would otherwise only be followed by the socket path too). A script
+      // that was gone before its libssl was found leaves it to the next one.
+      if (!libsslAttached()) await waitFor("the TLS program of python's libssl to attach", libsslAttached, 5000).catch(() => undefined);
+    }
+    const firstFollowed = rows.find((row) => row.followed)?.run ?? null;
+    console.log(`# the libssl program followed one-shot scripts from script ${firstFollowed ?? "(never)"} on`);
+    // One script in a row may be gone before its libssl is found (measured:
+    // mapped ~20 ms after exec, exit ~35 ms later); every script after the
+    // first three must be followed from its exec.
+    if (firstFollowed === null || firstFollowed > 3) {
+      assert.fail(`the libssl program followed none of the first three scripts (first: ${firstFollowed ?? "none"}); the agent's TLS probe lines:\n${linesOf("TLS probe") || "(none)"}`);
     }
     // A second event of the same loss would have come by now: what follows asserts there is none.
     await sleep(SETTLE_MS);
@@ -229,13 +246,13 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
         assert.deepEqual(events, [], `script ${row.run}: the answered write is no loss: ${row.detected}`);
         continue;
       }
-      // The first script ran before any program for its libssl existed: the
-      // socket path's, by the bytes on the wire, or uncertain where a session
-      // ticket may have looked like its answer.
-      if (row.run === 1) {
-        assert.equal(events.length, 1, `script 1: one lost write, one event: ${row.detected}`);
+      // A script run before any program for its libssl existed: the socket
+      // path's, by the bytes on the wire, or uncertain where a session ticket
+      // may have looked like its answer.
+      if (!row.followed) {
+        assert.equal(events.length, 1, `script ${row.run}: one lost write, one event: ${row.detected}`);
         assert.equal(events[0]!.cause, "connection_reset");
-        assert.ok(events[0]!.verdict === "uncertain" || events[0]!.unanswered_bytes! >= row.sent, `script 1: ${row.detected}`);
+        assert.ok(events[0]!.verdict === "uncertain" || events[0]!.unanswered_bytes! >= row.sent, `script ${row.run}: ${row.detected}`);
         continue;
       }
       assert.equal(events.length, 1, `script ${row.run}: one lost write, one event: ${row.detected}`);
