@@ -89,7 +89,7 @@ export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: 
   /** Waits for the one event of a lost write, then a little longer: a second one (an echo) must not follow. */
   async function oneLoss(op: Operator, statusPath: string, name: string): Promise<LossEvent> {
     await waitFor(`the loss of ${statusPath}`, () => eventsFor(statusPath).length > 0, 20_000);
-    await sleep(2500);
+    await sleep(2500); // the point: a second event of the same loss (an echo) would have come by now, and must not
     const events = eventsFor(statusPath);
     assert.equal(events.length, 1, `one lost request, one event: ${JSON.stringify(events)}`);
     const event = events[0]!;
