@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { renderKernelsDoc, type KernelRun } from "./kernelsDoc.ts";
 
-const run = (kernel: string, tlsLoaded: boolean): KernelRun => ({
+const run = (kernel: string, tlsLoaded: boolean, tlsNotStarted?: string): KernelRun => ({
   kernel,
   package: `linux-image-${kernel}`,
   release: `${kernel}.0-1-amd64`,
@@ -18,7 +18,7 @@ const run = (kernel: string, tlsLoaded: boolean): KernelRun => ({
     doctor: ["ok BTF: present"],
     families: [
       { family: "socket program (syscalls)", loaded: true },
-      { family: "TLS program (python's libssl)", loaded: tlsLoaded },
+      { family: "TLS program (python's libssl)", loaded: tlsLoaded, ...(tlsNotStarted ? { notStarted: tlsNotStarted } : {}) },
       { family: "Go request uprobes (go-operator)", loaded: true },
     ],
     faults: [
@@ -29,11 +29,14 @@ const run = (kernel: string, tlsLoaded: boolean): KernelRun => ({
 });
 
 describe("docs/kernels.md", { timeout: 10_000 }, () => {
-  const doc = renderKernelsDoc([run("6.1", true), run("5.10", false)], new Date("2026-12-05T10:00:00Z"), "## Notes\n\nkept");
+  const doc = renderKernelsDoc([run("6.1", true), run("5.10", false), run("5.4", false, "the kernel lacks sock:sock_send_length")], new Date("2026-12-05T10:00:00Z"), "## Notes\n\nkept");
 
   it("has a summary row per kernel: variant, families, faults as expected, times", () => {
     assert.ok(doc.includes("| 6.1 | syscalls | loaded | loaded | loaded | 2/2 | 20.0 s | 190.5 s |"), doc);
     assert.ok(doc.includes("| 5.10 | syscalls | loaded | loaded | **not loaded** | 1/2 | 20.0 s | 190.5 s |"), doc);
+    // A family the agent does not start on a kernel, by design, is no failure.
+    assert.ok(doc.includes("| 5.4 | syscalls | loaded | loaded | not started | 1/2 | 20.0 s | 190.5 s |"), doc);
+    assert.ok(doc.includes("| TLS program (python's libssl) | not started: the kernel lacks sock:sock_send_length |"), doc);
   });
 
   it("shows each fault expected vs detected, and what failed, with table pipes escaped", () => {

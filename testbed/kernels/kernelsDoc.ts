@@ -1,7 +1,7 @@
 // docs/kernels.md from the last `npm run test:kernels`: per kernel, the
 // variant chosen, each probe family loaded or not, each fault expected vs
 // detected, `lostwrite doctor`'s checks, and boot and run times.
-import type { KernelResults } from "../../agent/test/kernels/results.ts";
+import { familyState, type KernelResults } from "../../agent/test/kernels/results.ts";
 
 export interface KernelRun {
   kernel: string;
@@ -28,7 +28,7 @@ function kernelSection(run: KernelRun): string {
     lines.push("The suite wrote no results.", "");
   } else {
     lines.push(`Probe variant chosen: **${r.variant ?? "none (the agent did not start)"}**.`, "");
-    lines.push("| probe family | loaded |", "|---|---|", ...r.families.map((f) => `| ${cell(f.family)} | ${f.loaded ? "yes" : "**no**"} |`), "");
+    lines.push("| probe family | loaded |", "|---|---|", ...r.families.map((f) => `| ${cell(f.family)} | ${cell(familyState(f, "yes", "**no**"))} |`), "");
     lines.push(
       "| fault | expected | detected | |",
       "|---|---|---|---|",
@@ -58,7 +58,7 @@ export function renderKernelsDoc(runs: KernelRun[], when: Date, notes: string): 
       const r = run.results;
       const family = (prefix: string): string => {
         const f = r?.families.find((x) => x.family.startsWith(prefix));
-        return f === undefined ? "-" : f.loaded ? "loaded" : "**not loaded**";
+        return f === undefined ? "-" : f.notStarted !== undefined ? "not started" : f.loaded ? "loaded" : "**not loaded**";
       };
       const faults = r ? `${r.faults.filter((f) => f.detected === f.expected).length}/${r.faults.length}` : "-";
       return `| ${run.kernel} | ${r?.variant ?? "-"} | ${family("socket")} | ${family("Go")} | ${family("TLS")} | ${faults} | ${seconds(run.bootMs)} | ${seconds(run.runMs)} |`;

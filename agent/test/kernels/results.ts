@@ -16,7 +16,8 @@ export interface KernelResults {
   variant: string | null;
   /** `lostwrite doctor`'s check lines, "ok name: detail" or "FAIL name: detail". */
   doctor: string[];
-  families: { family: string; loaded: boolean }[];
+  /** `notStarted`: why the agent does not start this family on this kernel, by design (then `loaded` is false and expected). */
+  families: { family: string; loaded: boolean; notStarted?: string }[];
   faults: FaultVerdict[];
 }
 
@@ -26,11 +27,17 @@ function table(header: string[], rows: string[][]): string {
   return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
 }
 
+/** A family's state in a table: loaded, not loaded (a failure), or not started on this kernel by design. */
+export function familyState(f: KernelResults["families"][number], loaded: string, notLoaded: string): string {
+  if (f.notStarted !== undefined) return `not started: ${f.notStarted}`;
+  return f.loaded ? loaded : notLoaded;
+}
+
 /** The plain-text tables the suite prints at its end. */
 export function kernelResultsTable(results: KernelResults): string {
   return [
     `kernel ${results.kernel}: probe variant ${results.variant ?? "none (agent did not start)"}`,
-    table(["probe family", "loaded"], results.families.map((f) => [f.family, f.loaded ? "yes" : "NO"])),
+    table(["probe family", "loaded"], results.families.map((f) => [f.family, familyState(f, "yes", "NO")])),
     table(
       ["fault", "expected", "detected", ""],
       results.faults.map((f) => [f.fault, f.expected, f.detected, f.detected === f.expected ? "ok" : "MISMATCH"]),
