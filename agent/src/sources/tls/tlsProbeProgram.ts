@@ -65,19 +65,29 @@ const WRITING = `
 		@tls_pending[$sk] = $n;
 	}`;
 
-/** $ssl wrote $n plaintext bytes (0: the write has not succeeded, and stays pending). */
+/**
+ * $ssl wrote $n plaintext bytes (0: the write has not succeeded, and stays
+ * pending). Counted only on this process's socket while it lives: a server
+ * that resets as soon as it has read a request can close the socket between
+ * the kernel's send and this return, its close has printed the bytes as
+ * pending, and bytes added now would wait under the dead socket's address for
+ * the next socket the kernel puts there (a later client's loss counted with
+ * this one's body).
+ */
 const WROTE = `
 	$sk = @tls_sk[pid, $ssl];
 	if ($sk != 0 && $n > 0) {
-		@tls_bytes[$sk] = @tls_bytes[$sk] + $n;
-		delete(@tls_pending[$sk]);
+		if (@tls_alive[$sk] != 0 && @tls_owner[$sk] == (uint64)pid) {
+			@tls_bytes[$sk] = @tls_bytes[$sk] + $n;
+			delete(@tls_pending[$sk]);
+		}
 	}`;
 
-/** $ssl handed its caller $n plaintext bytes: an answer when large enough (a write still pending is the next request's). */
+/** $ssl handed its caller $n plaintext bytes: an answer when large enough (a write still pending is the next request's); on a closed socket, nothing left to answer. */
 const READ = `
 		if ($n >= ${TLS_ANSWER_MIN_BYTES}) {
 			$sk = @tls_sk[pid, $ssl];
-			if ($sk != 0) {
+			if ($sk != 0 && @tls_alive[$sk] != 0) {
 				delete(@tls_bytes[$sk]);
 				if (@tls_pending[$sk] == 0) {
 					delete(@tls_since[$sk]);
