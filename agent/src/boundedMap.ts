@@ -14,7 +14,8 @@ export class BoundedMap<K, V> {
   #evictions = 0;
 
   constructor(capacity: number, onEvict?: OnEvict<K, V>) {
-    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`a bounded map's capacity must be a positive integer, not ${capacity}`);
+    // 0 is allowed, as the correlator's capacities allow it: every entry is then forgotten as it is set, counted.
+    if (!Number.isInteger(capacity) || capacity < 0) throw new RangeError(`a bounded map's capacity must be an integer >= 0, not ${capacity}`);
     this.#capacity = capacity;
     this.#onEvict = onEvict;
   }

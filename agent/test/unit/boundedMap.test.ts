@@ -35,9 +35,13 @@ void describe("BoundedMap", () => {
     assert.equal(map.size, 0);
   });
 
-  void it("refuses a capacity that is not a positive integer", () => {
-    assert.throws(() => new BoundedMap(0), RangeError);
+  void it("refuses a capacity that is not an integer >= 0; with 0 every entry is forgotten as it is set", () => {
+    assert.throws(() => new BoundedMap(-1), RangeError);
     assert.throws(() => new BoundedMap(1.5), RangeError);
+    const map = new BoundedMap<string, number>(0);
+    map.set("a", 1);
+    assert.equal(map.size, 0);
+    assert.equal(map.evictions, 1);
   });
 });
 
