@@ -28,6 +28,7 @@
 // once it is `holdNs` old. Socket-path losses of a process whose requests
 // this path follows wait in the same order and are dropped (all but failed
 // connects, which no request line describes): one lost request, one event.
+import { BoundedMap } from "../../boundedMap.ts";
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
 import type { ConnectionLossReason, LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
@@ -138,7 +139,8 @@ const CLEAN_CLOSE_BY_STATE = new Map<number, "closed_unanswered" | "closed_by_cl
 export class GoRequests {
   readonly #o: Required<GoRequestsOptions>;
   readonly #queue: Queued[] = [];
-  readonly #assembling = new Map<string, Assembling>();
+  /** pid|stream → a request whose path parts are still coming; past capacity the oldest is dropped, counted. */
+  readonly #assembling: BoundedMap<string, Assembling>;
   /** Aborted streams waiting for their verdict, in kernel-time order. */
   readonly #aborts: { conn: string; streamId: number; stream: bigint; atNs: bigint }[] = [];
   readonly #conns = new Map<string, Conn>();
@@ -163,6 +165,7 @@ export class GoRequests {
       onConnectionLoss: () => {},
       ...opts,
     };
+    this.#assembling = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
   }
 
   /**
@@ -216,7 +219,6 @@ export class GoRequests {
     if (record.type === "go_request") {
       const expected = record.pathLen <= PATH_PART_BYTES ? 1 : Math.min(PATH_PARTS, Math.ceil(record.pathLen / PATH_PART_BYTES));
       this.#assembling.set(`${record.pid}|${record.stream}`, { record, parts: [], expected });
-      this.#bound(this.#assembling);
       return;
     }
     if (record.type === "go_path") {
@@ -427,12 +429,6 @@ export class GoRequests {
     if (event.kernelTimeNs < followed.since || (followed.until !== null && event.kernelTimeNs > followed.until)) return false;
     const unansweredSinceNs = event.unansweredForMs === null ? null : event.kernelTimeNs - BigInt(Math.round(event.unansweredForMs * 1e6));
     return !((event.unansweredBytes ?? 0) > 0 && unansweredSinceNs !== null && unansweredSinceNs < followed.since);
-  }
-
-  #bound(map: Map<string, unknown>): void {
-    if (map.size <= this.#o.capacity) return;
-    map.delete(map.keys().next().value!);
-    this.#o.onDrop("capacity");
   }
 }
 
