@@ -24,6 +24,7 @@
 import { BoundedMap } from "../../boundedMap.ts";
 import type { PrintfRecordOf } from "../probe/probeLines.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
+import { CLOSED_BY } from "../../vocabulary/closedBy.ts";
 
 export type TlsCloseRecord = PrintfRecordOf<"tls_close">;
 
@@ -57,10 +58,6 @@ type SocketRecord = PrintfRecordOf<"send"> | PrintfRecordOf<"close">;
 
 /** A close whose request the wire took for answered only by what may be TLS session tickets, and no TLS verdict for it: a loss, uncertain. */
 export type UncertainClose = PrintfRecordOf<"close"> & { uncertain: true };
-
-/** The close line's CLOSED_BY: 1 the target, 2 the apiserver. */
-const CLOSED_BY_CLIENT = 1;
-const CLOSED_BY_SERVER = 2;
 
 /** How long a verdict, or a socket the TLS program saw die, is kept for a line that may still name it. */
 const REMEMBER_NS = 60_000_000_000n;
@@ -190,7 +187,7 @@ export class TlsAnswers {
       this.#deadByTls.set(record.sk, record.ts);
     }
     // The client's FIN that follows the server's close_notify answers it: the server ended the connection.
-    const closedBy = verdict.peerClosed && record.closedBy === CLOSED_BY_CLIENT ? CLOSED_BY_SERVER : record.closedBy;
+    const closedBy = verdict.peerClosed && record.closedBy === CLOSED_BY.target ? CLOSED_BY.apiserver : record.closedBy;
     this.#o.release({ ...record, unansweredBytes: verdict.unansweredBytes, waitedNs: verdict.waitedNs, closedBy });
   }
 
