@@ -7,18 +7,11 @@ import type { ProbeRecord } from "./probeOutput.ts";
 import { formatHostPort } from "../../hostPort.ts";
 import { syscallName } from "../../vocabulary/syscalls.ts";
 import { CLOSED_BY } from "../../vocabulary/closedBy.ts";
+import { errnoName } from "../../vocabulary/errno.ts";
 
-// Aliases share a number (EWOULDBLOCK = EAGAIN): the first, canonical name wins.
-const ERRNO_NAMES = new Map<number, string>();
-for (const [name, value] of Object.entries(os.constants.errno)) if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
 const ETIMEDOUT = os.constants.errno.ETIMEDOUT;
 const ECONNRESET = os.constants.errno.ECONNRESET;
 const EPIPE = os.constants.errno.EPIPE;
-
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES.get(errno) ?? `E${errno}`;
-}
-
 
 const peer = formatHostPort;
 
