@@ -35,6 +35,8 @@ import type { ConnectionLossReason, LossCause, ProcessIdentity, SocketEvent } fr
 import { PROBE_FAMILIES, type PrintfRecordOf } from "../probe/probeLines.ts";
 import { isStatusWrite } from "../spans/spanAttributes.ts";
 import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
+import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
+import { HTTP2_ERROR_CODE } from "../../vocabulary/http2ErrorCodes.ts";
 
 export type GoRecord =
   | PrintfRecordOf<"go_request">
@@ -119,21 +121,18 @@ interface Conn {
   streams: Map<number, GoRequest>;
 }
 
-const REFUSED_STREAM = 7;
-/** The socket's TCP state when the read loop ended: CLOSE after a reset or a timeout (CLOSE_WAIT, 8, after the server's FIN). */
-const TCP_CLOSE = 7;
 /**
  * A clean close by TCP state when the read loop ended: the server's FIN came
  * first (CLOSE_WAIT, then LAST_ACK), or the client's (FIN_WAIT1, FIN_WAIT2,
  * CLOSING, TIME_WAIT). CLOSE is a reset or a timeout; 0 is no socket read.
  */
 const CLEAN_CLOSE_BY_STATE = new Map<number, "closed_unanswered" | "closed_by_client">([
-  [8, "closed_unanswered"],
-  [9, "closed_unanswered"],
-  [4, "closed_by_client"],
-  [5, "closed_by_client"],
-  [11, "closed_by_client"],
-  [6, "closed_by_client"],
+  [TCP_STATE.CLOSE_WAIT, "closed_unanswered"],
+  [TCP_STATE.LAST_ACK, "closed_unanswered"],
+  [TCP_STATE.FIN_WAIT1, "closed_by_client"],
+  [TCP_STATE.FIN_WAIT2, "closed_by_client"],
+  [TCP_STATE.CLOSING, "closed_by_client"],
+  [TCP_STATE.TIME_WAIT, "closed_by_client"],
 ]);
 
 export class GoRequests {
@@ -324,7 +323,7 @@ export class GoRequests {
       case "go_reset": {
         const request = this.#take(connKey(record.pid, record.conn), record.streamId);
         if (request === undefined) return;
-        if (record.code === REFUSED_STREAM) this.#o.onRetry(eventOf(request, "stream_reset", record.ts, null), "refused_stream");
+        if (record.code === HTTP2_ERROR_CODE.REFUSED_STREAM) this.#o.onRetry(eventOf(request, "stream_reset", record.ts, null), "refused_stream");
         else this.#lose(request, "stream_reset", record.ts, null);
         return;
       }
@@ -342,7 +341,7 @@ export class GoRequests {
         const key = connKey(record.pid, record.conn);
         const conn = this.#conns.get(key);
         if (conn === undefined) return;
-        const cause: LossCause = record.state === TCP_CLOSE ? "connection_reset" : "connection_closed_unanswered";
+        const cause: LossCause = record.state === TCP_STATE.CLOSE ? "connection_reset" : "connection_closed_unanswered";
         const closedBy = CLEAN_CLOSE_BY_STATE.get(record.state);
         if (conn.streams.size > 0 && closedBy !== undefined) this.#o.onConnectionLoss(record.pid, closedBy);
         for (const id of [...conn.streams.keys()]) {
