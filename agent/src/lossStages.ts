@@ -12,7 +12,8 @@ import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, work
 import type { AgentMetrics } from "./sinks/metrics.ts";
 import { CounterDeltas } from "./sources/probe/counterDeltas.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
-import { errnoName, judge } from "./sources/probe/socketEvents.ts";
+import { judge } from "./sources/probe/socketEvents.ts";
+import { errnoName } from "./vocabulary/errno.ts";
 import { syscallName } from "./vocabulary/syscalls.ts";
 import { GoRequests, type GoRequest } from "./sources/goHttp2/goRequests.ts";
 import { SpanIndex } from "./sources/spans/spanIndex.ts";

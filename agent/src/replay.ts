@@ -56,7 +56,7 @@ async function recordedApiservers(file: string, configured: unknown): Promise<Se
 }
 
 /** Loss events of a recording, in the order the live agent would emit them. */
-export async function replayEvents(file: string, err: NodeJS.WritableStream): Promise<{ events: LossEvent[]; badRecords: number }> {
+export async function replayEvents(file: string, err: NodeJS.WritableStream): Promise<{ events: LossEvent[]; badRecords: number; metrics: AgentMetrics }> {
   const reader = await openRecordReader(file, {
     onBadRecord: ({ line, message }) => err.write(`lostwrite replay: ${file}:${line}: ${message} (skipped)\n`),
   });
@@ -87,9 +87,11 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   const events: LossEvent[] = [];
   const apiservers = await recordedApiservers(file, recorded.apiserver);
   const isApiserver = (host: string, port: number): boolean => apiservers.has(formatHostPort(host, port));
+  // What the loss stages count, as the live agent's /metrics would show it; exemplars stamped in recorded time.
+  const metrics = new AgentMetrics({ now: wallMs });
   const stages = buildLossStages({
     config,
-    metrics: new AgentMetrics(),
+    metrics,
     clock,
     now: wallMs,
     identity: (pid) => {
@@ -174,7 +176,7 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   goRequests.flush();
   stages.tlsAnswers.flush();
   stages.correlator.flush();
-  return { events, badRecords: reader.badRecords };
+  return { events, badRecords: reader.badRecords, metrics };
 }
 
 export async function runReplay(file: string, opts: ReplayOptions): Promise<number> {

@@ -3,6 +3,7 @@
 // are the ones to look at first, so they stand out. The agent restarting is
 // normal (a DaemonSet rollout): tail reconnects with backoff, says so, and asks
 // the new connection to replay what it may have missed.
+import { BoundedSet } from "./boundedMap.ts";
 import { styleText } from "node:util";
 import { WebSocket } from "ws";
 import { z } from "zod";
@@ -37,7 +38,9 @@ export async function runTail(url: string, opts: TailOptions): Promise<void> {
     throw new Error(`--since ${JSON.stringify(opts.since)} is not an RFC 3339 time (e.g. 2026-12-02T15:04:05Z)`);
   }
   const base = feedUrl(url);
-  const recent = new RecentLines(RECENT_LINES);
+  // Texts printed lately, so that a reconnect's replay does not print them twice; this
+  // client has no metrics, and a text forgotten for room may only be printed again.
+  const recent = new BoundedSet<string>(RECENT_LINES);
   let newestNs: bigint | null = null;
   let since = opts.since;
   let delayMs = initialMs;
@@ -230,23 +233,4 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
     const timer = setTimeout(done, ms);
     signal?.addEventListener("abort", done, { once: true });
   });
-}
-
-/** Texts printed lately, bounded, oldest forgotten first. */
-class RecentLines {
-  private readonly set = new Set<string>();
-  private readonly capacity: number;
-  constructor(capacity: number) {
-    this.capacity = capacity;
-  }
-  has(text: string): boolean {
-    return this.set.has(text);
-  }
-  add(text: string): void {
-    if (this.set.size >= this.capacity) {
-      const oldest = this.set.values().next();
-      if (oldest.done !== true) this.set.delete(oldest.value);
-    }
-    this.set.add(text);
-  }
 }

@@ -48,6 +48,8 @@ import {
   type SpanLookup,
 } from "./spanVerdict.ts";
 import { startAdaptiveTicker } from "../adaptiveTicker.ts";
+import { BoundedMap, BoundedSet } from "../boundedMap.ts";
+import type { DropStage } from "../vocabulary/drops.ts";
 import { formatHostPort } from "../hostPort.ts";
 
 
@@ -138,20 +140,20 @@ export class Correlator {
   readonly #lookup: SpanLookup;
   /** Arrival order; resolved entries leave from anywhere. */
   readonly #pending: PendingKernel[] = [];
-  /** Keyed by span key; Map keeps arrival order. */
-  readonly #pendingSpanLosses = new Map<string, PendingSpanLoss>();
+  /** Keyed by span key, in arrival order; past capacity the oldest goes out at once, without waiting for its kernel event. */
+  readonly #pendingSpanLosses: BoundedMap<string, PendingSpanLoss>;
   /** Span keys already part of an emitted event; oldest forgotten first. */
-  readonly #claimed = new Set<string>();
+  readonly #claimed: BoundedSet<string>;
   /** Senders of spans by resource identity → when their latest span arrived; oldest forgotten first. */
-  readonly #senders = new Map<string, { process: IndexedSpan["process"]; lastMs: number }>();
+  readonly #senders: BoundedMap<string, { process: IndexedSpan["process"]; lastMs: number }>;
   /** Kernel losses emitted without a span: a span of them arriving late is not a second loss. */
   readonly #uncorrelated: { query: ProcessQuery; wallNs: bigint; request: KernelRequest | null }[] = [];
   /** Status writes answered 2xx, by trace, parent and target → latest start: a retry that made it. */
-  readonly #succeeded = new Map<string, bigint>();
+  readonly #succeeded: BoundedMap<string, bigint>;
   /** Status writes a request-level probe saw answered 2xx, by host pid, method and path → latest kernel time. */
-  readonly #kernelSucceeded = new Map<string, bigint>();
+  readonly #kernelSucceeded: BoundedMap<string, bigint>;
   /** Processes whose requests a request-level probe reads (host pid → span query): their span losses wait kernelLagMs. */
-  readonly #requestLevel = new Map<number, ProcessQuery>();
+  readonly #requestLevel: BoundedMap<number, ProcessQuery>;
   /** Brings the ticker's next run forward when a loss starts waiting (set while ticking). */
   #wakeTicker: (() => void) | null = null;
 
@@ -177,6 +179,18 @@ export class Correlator {
       if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`correlator ${key}: expected a number >= 0, got ${v}`);
     }
     this.#slackNs = BigInt(Math.round(this.#o.slackMs * 1e6));
+    const { metrics, pendingSpanLossCapacity, claimedCapacity, senderCapacity } = this.#o;
+    const dropped = (stage: DropStage) => () => metrics.eventsDropped.inc({ stage, reason: "capacity" });
+    this.#pendingSpanLosses = new BoundedMap(pendingSpanLossCapacity, (_key, oldest) => {
+      dropped(STAGE)();
+      this.#emitSpanLoss(oldest);
+    });
+    this.#claimed = new BoundedSet(claimedCapacity, dropped("correlate_dedup"));
+    this.#senders = new BoundedMap(senderCapacity, dropped("correlate_senders"));
+    this.#succeeded = new BoundedMap(claimedCapacity, dropped("correlate_retries"));
+    this.#kernelSucceeded = new BoundedMap(claimedCapacity, dropped("correlate_retries"));
+    // Forgotten, a process's span losses no longer wait for its request-level verdicts.
+    this.#requestLevel = new BoundedMap(senderCapacity, dropped("correlate_senders"));
     this.#lookup = (traceId, spanId) => this.#o.index.get(traceId, spanId);
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, 0);
   }
@@ -222,13 +236,7 @@ export class Correlator {
     const key = kernelWriteKey(event);
     if (key === null) return;
     this.#noteRequestLevel(event.pid, identity);
-    this.#kernelSucceeded.delete(key);
     this.#kernelSucceeded.set(key, event.kernelTimeNs);
-    if (this.#kernelSucceeded.size > this.#o.claimedCapacity) {
-      const oldest = this.#kernelSucceeded.keys().next().value;
-      if (oldest !== undefined) this.#kernelSucceeded.delete(oldest);
-      this.#o.metrics.eventsDropped.inc({ stage: "correlate_retries", reason: "capacity" });
-    }
     this.tick();
   }
 
@@ -256,14 +264,6 @@ export class Correlator {
       if (this.#explainsUncorrelatedLoss(span)) {
         this.#claim(span);
         continue;
-      }
-      if (this.#pendingSpanLosses.size >= this.#o.pendingSpanLossCapacity) {
-        const [oldestKey, oldest] = this.#pendingSpanLosses.entries().next().value ?? [];
-        if (oldestKey !== undefined && oldest !== undefined) {
-          this.#pendingSpanLosses.delete(oldestKey);
-          this.#o.metrics.eventsDropped.inc({ stage: STAGE, reason: "capacity" });
-          this.#emitSpanLoss(oldest);
-        }
       }
       this.#pendingSpanLosses.set(key, { span, deadlineMs });
     }
@@ -380,9 +380,7 @@ export class Correlator {
   }
 
   #noteRequestLevel(hostPid: number, identity: ProcessIdentity): void {
-    this.#requestLevel.delete(hostPid);
     this.#requestLevel.set(hostPid, this.#queryFor(hostPid, identity));
-    if (this.#requestLevel.size > this.#o.senderCapacity) this.#requestLevel.delete(this.#requestLevel.keys().next().value!);
   }
 
   /** The span's process has its requests read by a request-level probe (Go's HTTP/2 client). */
@@ -429,13 +427,7 @@ export class Correlator {
   #rememberSender(span: IndexedSpan): void {
     const p = span.process;
     const key = `${p.hostPid ?? ""}|${p.pid ?? ""}|${p.namespace ?? ""}|${p.podName ?? ""}`;
-    this.#senders.delete(key);
     this.#senders.set(key, { process: p, lastMs: this.#o.now() });
-    if (this.#senders.size > this.#o.senderCapacity) {
-      const oldest = this.#senders.keys().next().value;
-      if (oldest !== undefined) this.#senders.delete(oldest);
-      this.#o.metrics.eventsDropped.inc({ stage: "correlate_senders", reason: "capacity" });
-    }
   }
 
   #sendsSpans(query: ProcessQuery): boolean {
@@ -449,13 +441,7 @@ export class Correlator {
     if (req?.statusCode == null || req.statusCode < 200 || req.statusCode > 299 || !isStatusWrite(req.method, req.path)) return;
     const key = retryKey(span);
     const latest = this.#succeeded.get(key);
-    this.#succeeded.delete(key);
     this.#succeeded.set(key, latest !== undefined && latest > span.startNs ? latest : span.startNs);
-    if (this.#succeeded.size > this.#o.claimedCapacity) {
-      const oldest = this.#succeeded.keys().next().value;
-      if (oldest !== undefined) this.#succeeded.delete(oldest);
-      this.#o.metrics.eventsDropped.inc({ stage: "correlate_retries", reason: "capacity" });
-    }
   }
 
   /** The same write, in the same reconcile, was sent again after this attempt and answered 2xx. */
@@ -507,15 +493,7 @@ export class Correlator {
 
   #claim(span: IndexedSpan): void {
     const key = spanKey(span.traceId, span.spanId);
-    this.#claimed.delete(key);
     this.#claimed.add(key);
-    if (this.#claimed.size > this.#o.claimedCapacity) {
-      const oldest = this.#claimed.values().next().value;
-      if (oldest !== undefined) {
-        this.#claimed.delete(oldest);
-        this.#o.metrics.eventsDropped.inc({ stage: "correlate_dedup", reason: "capacity" });
-      }
-    }
     this.#pendingSpanLosses.delete(key);
   }
 

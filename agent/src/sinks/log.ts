@@ -3,6 +3,7 @@
 // thrown, and a flood of the same complaint must not flood the log: the
 // rate-limited forms print a key at most once per interval and say how many
 // they held back.
+import { BoundedMap, BoundedSet } from "../boundedMap.ts";
 import type { LossEvent } from "../model.ts";
 import type { AgentMetrics } from "./metrics.ts";
 
@@ -37,8 +38,10 @@ export function createLogger(out: NodeJS.WritableStream, opts: LoggerOptions = {
   const intervalMs = opts.intervalMs ?? 60_000;
   const maxKeys = opts.maxKeys ?? 1024;
   const now = opts.now ?? Date.now;
-  const rateLimited = new Map<string, KeyState>();
-  const onceKeys = new Set<string>();
+  // A key forgotten for room only lets its warning be written again sooner:
+  // nothing is lost, so these evictions are not counted as drops.
+  const rateLimited = new BoundedMap<string, KeyState>(maxKeys);
+  const onceKeys = new BoundedSet<string>(maxKeys);
 
   function line(level: LogLevel, msg: string, fields?: LogFields): void {
     const record = { level, time: new Date(now()).toISOString(), msg, ...fields };
@@ -50,14 +53,6 @@ export function createLogger(out: NodeJS.WritableStream, opts: LoggerOptions = {
       text = JSON.stringify({ level, time: record.time, msg, fields: "unserialisable" });
     }
     out.write(text + "\n");
-  }
-
-  function remember<K, V>(map: Map<K, V>, key: K, value: V): void {
-    if (!map.has(key) && map.size >= maxKeys) {
-      const oldest = map.keys().next();
-      if (oldest.done !== true) map.delete(oldest.value);
-    }
-    map.set(key, value);
   }
 
   return {
@@ -72,15 +67,11 @@ export function createLogger(out: NodeJS.WritableStream, opts: LoggerOptions = {
         return;
       }
       const suppressed = state?.suppressed ?? 0;
-      remember(rateLimited, key, { lastLoggedMs: t, suppressed: 0 });
+      rateLimited.set(key, { lastLoggedMs: t, suppressed: 0 });
       line("warn", msg, suppressed > 0 ? { ...fields, suppressed } : fields);
     },
     warnOnce(key, msg, fields) {
       if (onceKeys.has(key)) return;
-      if (onceKeys.size >= maxKeys) {
-        const oldest = onceKeys.values().next();
-        if (oldest.done !== true) onceKeys.delete(oldest.value);
-      }
       onceKeys.add(key);
       line("warn", msg, fields);
     },

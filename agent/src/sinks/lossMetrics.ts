@@ -4,7 +4,7 @@ import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } fr
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, VERDICTS } from "../vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../vocabulary/syscalls.ts";
 import { closed, traceExemplar, type AgentMetrics } from "./metrics.ts";
-import { ERRNO_LABELS } from "./errnoLabels.ts";
+import { ERRNO_LABELS } from "../vocabulary/errno.ts";
 import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
 
 type Workload = Pick<ProcessIdentity, "namespace" | "pod" | "container" | "process">;

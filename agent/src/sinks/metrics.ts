@@ -278,8 +278,11 @@ export class AgentMetrics {
    * counters it renders in place, which would break the classic exposition.
    */
   private readonly exemplars = new Map<object, Map<string, Exemplar>>();
+  /** Wall-clock ms for an exemplar's timestamp; replay passes the recording's, so its metrics are reproducible. */
+  private readonly now: () => number;
 
-  constructor() {
+  constructor(opts: { now?: () => number } = {}) {
+    this.now = opts.now ?? Date.now;
     // Closed label sets start at zero so rate() and absent-series alerts work
     // from the first scrape.
     for (const reason of PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
@@ -310,7 +313,7 @@ export class AgentMetrics {
     if (size > EXEMPLAR_LABELS_MAX_CHARS) return;
     let series = this.exemplars.get(counter);
     if (!series) this.exemplars.set(counter, (series = new Map<string, Exemplar>()));
-    series.set(seriesKey(labels), { labels: { ...exemplar }, value, timestamp: Date.now() / 1000 });
+    series.set(seriesKey(labels), { labels: { ...exemplar }, value, timestamp: this.now() / 1000 });
   }
 
   /** Removes a series of `counter` and its exemplar. */

@@ -28,12 +28,15 @@
 // once it is `holdNs` old. Socket-path losses of a process whose requests
 // this path follows wait in the same order and are dropped (all but failed
 // connects, which no request line describes): one lost request, one event.
+import { BoundedMap } from "../../boundedMap.ts";
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
 import type { ConnectionLossReason, LossCause, ProcessIdentity, SocketEvent } from "../../model.ts";
 import { PROBE_FAMILIES, type PrintfRecordOf } from "../probe/probeLines.ts";
 import { isStatusWrite } from "../spans/spanAttributes.ts";
 import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
+import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
+import { HTTP2_ERROR_CODE } from "../../vocabulary/http2ErrorCodes.ts";
 
 export type GoRecord =
   | PrintfRecordOf<"go_request">
@@ -118,27 +121,25 @@ interface Conn {
   streams: Map<number, GoRequest>;
 }
 
-const REFUSED_STREAM = 7;
-/** The socket's TCP state when the read loop ended: CLOSE after a reset or a timeout (CLOSE_WAIT, 8, after the server's FIN). */
-const TCP_CLOSE = 7;
 /**
  * A clean close by TCP state when the read loop ended: the server's FIN came
  * first (CLOSE_WAIT, then LAST_ACK), or the client's (FIN_WAIT1, FIN_WAIT2,
  * CLOSING, TIME_WAIT). CLOSE is a reset or a timeout; 0 is no socket read.
  */
 const CLEAN_CLOSE_BY_STATE = new Map<number, "closed_unanswered" | "closed_by_client">([
-  [8, "closed_unanswered"],
-  [9, "closed_unanswered"],
-  [4, "closed_by_client"],
-  [5, "closed_by_client"],
-  [11, "closed_by_client"],
-  [6, "closed_by_client"],
+  [TCP_STATE.CLOSE_WAIT, "closed_unanswered"],
+  [TCP_STATE.LAST_ACK, "closed_unanswered"],
+  [TCP_STATE.FIN_WAIT1, "closed_by_client"],
+  [TCP_STATE.FIN_WAIT2, "closed_by_client"],
+  [TCP_STATE.CLOSING, "closed_by_client"],
+  [TCP_STATE.TIME_WAIT, "closed_by_client"],
 ]);
 
 export class GoRequests {
   readonly #o: Required<GoRequestsOptions>;
   readonly #queue: Queued[] = [];
-  readonly #assembling = new Map<string, Assembling>();
+  /** pid|stream → a request whose path parts are still coming; past capacity the oldest is dropped, counted. */
+  readonly #assembling: BoundedMap<string, Assembling>;
   /** Aborted streams waiting for their verdict, in kernel-time order. */
   readonly #aborts: { conn: string; streamId: number; stream: bigint; atNs: bigint }[] = [];
   readonly #conns = new Map<string, Conn>();
@@ -163,6 +164,7 @@ export class GoRequests {
       onConnectionLoss: () => {},
       ...opts,
     };
+    this.#assembling = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
   }
 
   /**
@@ -216,7 +218,6 @@ export class GoRequests {
     if (record.type === "go_request") {
       const expected = record.pathLen <= PATH_PART_BYTES ? 1 : Math.min(PATH_PARTS, Math.ceil(record.pathLen / PATH_PART_BYTES));
       this.#assembling.set(`${record.pid}|${record.stream}`, { record, parts: [], expected });
-      this.#bound(this.#assembling);
       return;
     }
     if (record.type === "go_path") {
@@ -322,7 +323,7 @@ export class GoRequests {
       case "go_reset": {
         const request = this.#take(connKey(record.pid, record.conn), record.streamId);
         if (request === undefined) return;
-        if (record.code === REFUSED_STREAM) this.#o.onRetry(eventOf(request, "stream_reset", record.ts, null), "refused_stream");
+        if (record.code === HTTP2_ERROR_CODE.REFUSED_STREAM) this.#o.onRetry(eventOf(request, "stream_reset", record.ts, null), "refused_stream");
         else this.#lose(request, "stream_reset", record.ts, null);
         return;
       }
@@ -340,7 +341,7 @@ export class GoRequests {
         const key = connKey(record.pid, record.conn);
         const conn = this.#conns.get(key);
         if (conn === undefined) return;
-        const cause: LossCause = record.state === TCP_CLOSE ? "connection_reset" : "connection_closed_unanswered";
+        const cause: LossCause = record.state === TCP_STATE.CLOSE ? "connection_reset" : "connection_closed_unanswered";
         const closedBy = CLEAN_CLOSE_BY_STATE.get(record.state);
         if (conn.streams.size > 0 && closedBy !== undefined) this.#o.onConnectionLoss(record.pid, closedBy);
         for (const id of [...conn.streams.keys()]) {
@@ -427,12 +428,6 @@ export class GoRequests {
     if (event.kernelTimeNs < followed.since || (followed.until !== null && event.kernelTimeNs > followed.until)) return false;
     const unansweredSinceNs = event.unansweredForMs === null ? null : event.kernelTimeNs - BigInt(Math.round(event.unansweredForMs * 1e6));
     return !((event.unansweredBytes ?? 0) > 0 && unansweredSinceNs !== null && unansweredSinceNs < followed.since);
-  }
-
-  #bound(map: Map<string, unknown>): void {
-    if (map.size <= this.#o.capacity) return;
-    map.delete(map.keys().next().value!);
-    this.#o.onDrop("capacity");
   }
 }
 

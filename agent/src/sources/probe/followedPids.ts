@@ -20,6 +20,7 @@
 // exec is announced before its first request, even one that is gone before
 // the agent could send it a message.
 import { EVERY_PROGRAM, FOLLOW_NET_BYTE, MAX_PROGRAM_ID } from "./followChannel.ts";
+import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
 
 /** The predicate of every probe of a uprobe program that runs in a process's context. */
 export const FOLLOWED = "@lw_pids[(uint64)pid]";
@@ -55,8 +56,6 @@ export interface FollowedPidsProgram {
 // little-endian u32: 0xBA_FE_7F in the low three bytes, A above.
 const NET_MASK = 0xffff;
 const NET_VALUE = (FOLLOW_NET_BYTE << 8) | 127;
-const TCP_CLOSE = 7;
-const TCP_SYN_SENT = 2;
 const IPPROTO_TCP = 6;
 
 export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram {
@@ -79,7 +78,7 @@ export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram 
 	$old = args->oldstate;
 	$new = args->newstate;
 	$protocol = args->protocol;
-	if (pid == $1 && $old == ${TCP_CLOSE} && $new == ${TCP_SYN_SENT} && $protocol == ${IPPROTO_TCP}) {
+	if (pid == $1 && $old == ${TCP_STATE.CLOSE} && $new == ${TCP_STATE.SYN_SENT} && $protocol == ${IPPROTO_TCP}) {
 		$sk = (struct sock *)$skp;
 		$src = (uint64)$sk->__sk_common.skc_rcv_saddr;
 		$dst = (uint64)$sk->__sk_common.skc_daddr;

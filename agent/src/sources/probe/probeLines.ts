@@ -39,7 +39,7 @@ export const PROBE_FAMILIES = {
       tid: "int",
       err: "int",
       reset: "bool",
-      // Who ended the connection: 1 the target, 2 the apiserver, 0 not known (CLOSED_BY in the headers).
+      // Who ended the connection: vocabulary/closedBy.ts (CLOSED_BY in the headers).
       closedBy: "int",
       unansweredBytes: "int",
       waitedNs: "u64",

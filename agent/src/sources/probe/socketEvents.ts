@@ -6,21 +6,12 @@ import type { ConnectionLossReason, SocketEvent } from "../../model.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
 import { formatHostPort } from "../../hostPort.ts";
 import { syscallName } from "../../vocabulary/syscalls.ts";
+import { CLOSED_BY } from "../../vocabulary/closedBy.ts";
+import { errnoName } from "../../vocabulary/errno.ts";
 
-// Aliases share a number (EWOULDBLOCK = EAGAIN): the first, canonical name wins.
-const ERRNO_NAMES = new Map<number, string>();
-for (const [name, value] of Object.entries(os.constants.errno)) if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
 const ETIMEDOUT = os.constants.errno.ETIMEDOUT;
-/** The close line's CLOSED_BY: 1 the target (the client) ended the connection, 2 the apiserver, 0 not known. */
-const CLOSED_BY_TARGET = 1;
-const CLOSED_BY_APISERVER = 2;
 const ECONNRESET = os.constants.errno.ECONNRESET;
 const EPIPE = os.constants.errno.EPIPE;
-
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES.get(errno) ?? `E${errno}`;
-}
-
 
 const peer = formatHostPort;
 
@@ -80,11 +71,11 @@ export function judge(record: ProbeRecord, opts: VerdictOptions): ProbeVerdict {
     case "close": {
       // The client's own FIN (or abortive close) came first: it gave up on
       // the request, whatever the apiserver did after.
-      const byClient = record.closedBy === CLOSED_BY_TARGET;
+      const byClient = record.closedBy === CLOSED_BY.target;
       // The apiserver's FIN came first and a reset answered what the client
       // wrote after it (the kernel sets EPIPE for a reset in CLOSE_WAIT): the
       // apiserver closed the connection; the reset is its echo.
-      const resetAfterClose = record.closedBy === CLOSED_BY_APISERVER && record.err === EPIPE;
+      const resetAfterClose = record.closedBy === CLOSED_BY.apiserver && record.err === EPIPE;
       const failed = !resetAfterClose && (record.reset || record.err !== 0);
       const unanswered = record.unansweredBytes >= opts.unansweredMinBytes;
       const reason: ConnectionLossReason | null = byClient

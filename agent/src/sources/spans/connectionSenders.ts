@@ -10,6 +10,7 @@
 // reconnects. A
 // holder not found is looked for again after `retryMs`: a process that
 // became a target since may be found then.
+import { BoundedMap } from "../../boundedMap.ts";
 import type { Socket } from "node:net";
 import { canonicalAddress } from "../../ipAddress.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
@@ -36,12 +37,13 @@ interface Entry {
 
 export class ConnectionSenders {
   readonly #opts: Required<ConnectionSendersOptions>;
-  /** By peer key; Map order is the order connections were remembered. */
-  readonly #entries = new Map<string, Entry>();
+  /** By peer key, oldest remembered first; past capacity the oldest is forgotten, counted. */
+  readonly #entries: BoundedMap<string, Entry>;
 
   constructor(opts: ConnectionSendersOptions) {
     this.#opts = { capacity: 1024, retryMs: 5000, now: Date.now, ...opts };
     if (!(this.#opts.capacity >= 1)) throw new RangeError(`connection senders capacity must be >= 1, got ${this.#opts.capacity}`);
+    this.#entries = new BoundedMap(this.#opts.capacity, () => this.#opts.metrics.eventsDropped.inc({ stage: "otlp_senders", reason: "capacity" }));
     this.#opts.metrics.spanSenderConnections.set(0);
     this.#opts.metrics.eventsDropped.inc({ stage: "otlp_senders", reason: "capacity" }, 0);
   }
@@ -83,13 +85,7 @@ export class ConnectionSenders {
   }
 
   #remember(key: string, entry: Entry): void {
-    this.#entries.delete(key);
     this.#entries.set(key, entry);
-    if (this.#entries.size > this.#opts.capacity) {
-      const oldest = this.#entries.keys().next().value;
-      if (oldest !== undefined) this.#entries.delete(oldest);
-      this.#opts.metrics.eventsDropped.inc({ stage: "otlp_senders", reason: "capacity" });
-    }
     this.#opts.metrics.spanSenderConnections.set(this.#entries.size);
   }
 }

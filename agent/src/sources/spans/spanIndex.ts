@@ -5,6 +5,7 @@
 // Times are wall-clock nanoseconds since the epoch as bigint (as OTLP sends
 // them); age is measured from when a span was received, on the injected
 // millisecond clock, so a replay evicts exactly like the live run.
+import { BoundedMap } from "../../boundedMap.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
 import type { IndexedSpan } from "./indexedSpans.ts";
 
@@ -36,8 +37,13 @@ interface Entry {
 
 interface Bucket {
   keys: Set<string>;
-  /** Latest span end received, per sender (senderKey), with the sender to ask sentBy about. */
-  latestEnd: Map<string, { process: IndexedSpan["process"]; endNs: bigint }>;
+  /**
+   * Latest span end received, per sender (senderKey), with the sender to ask
+   * sentBy about. Past MAX_SENDERS_PER_BUCKET the sender updated longest ago
+   * is forgotten, counted: a kernel loss of its process may then wait for
+   * spans that have already arrived.
+   */
+  latestEnd: BoundedMap<string, { process: IndexedSpan["process"]; endNs: bigint }>;
 }
 
 /** Senders sharing one pid bucket that are remembered for coverage; more is pathological. */
@@ -71,19 +77,14 @@ export class SpanIndex {
       const bucketKey = bucketKeyOf(span.process.pid, span.process.namespace, span.process.podName);
       let bucket = this.#buckets.get(bucketKey);
       if (bucket === undefined) {
-        bucket = { keys: new Set(), latestEnd: new Map() };
+        bucket = { keys: new Set(), latestEnd: new BoundedMap(MAX_SENDERS_PER_BUCKET, () => this.#opts.metrics.eventsDropped.inc({ stage: "correlate_senders", reason: "capacity" })) };
         this.#buckets.set(bucketKey, bucket);
       }
       bucket.keys.add(key);
       const sender = senderKey(span.process);
       const latest = bucket.latestEnd.get(sender);
       if (latest === undefined || span.endNs > latest.endNs) {
-        bucket.latestEnd.delete(sender);
         bucket.latestEnd.set(sender, { process: span.process, endNs: span.endNs });
-        if (bucket.latestEnd.size > MAX_SENDERS_PER_BUCKET) {
-          const oldest = bucket.latestEnd.keys().next().value;
-          if (oldest !== undefined) bucket.latestEnd.delete(oldest);
-        }
       }
     }
     this.#evict(now);

@@ -7,7 +7,7 @@ import path from "node:path";
 import type { Logger } from "../../sinks/log.ts";
 import type { AgentMetrics } from "../../sinks/metrics.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
-import { RecentPids } from "./recentPids.ts";
+import { BoundedSet } from "../../boundedMap.ts";
 import type { TargetWatcher } from "./targetWatcher.ts";
 
 export interface ExecAdmissionOptions {
@@ -23,11 +23,16 @@ export interface ExecAdmissionOptions {
 
 export class ExecAdmission {
   private readonly opts: ExecAdmissionOptions;
-  /** Pids rejected at their exec, bounded: the oldest are forgotten first. */
-  private readonly rejected = new RecentPids(4096);
+  /**
+   * Pids rejected at their exec, so that what the probe sent of them before
+   * the decision reached the kernel is dropped rather than reported. Bounded:
+   * the oldest are forgotten first, counted, and their late lines judged.
+   */
+  private readonly rejected: BoundedSet<number>;
 
   constructor(opts: ExecAdmissionOptions) {
     this.opts = opts;
+    this.rejected = new BoundedSet(4096, () => opts.metrics.eventsDropped.inc({ stage: "targets", reason: "capacity" }));
   }
 
   /** False: the record is dropped (counted), neither judged nor recorded. */

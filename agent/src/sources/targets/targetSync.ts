@@ -5,6 +5,7 @@
 // after a grace long enough for Prometheus to scrape what its last process
 // did: a process that loses a write and exits (a crash, a Job) would
 // otherwise take its loss out of /metrics before anyone saw it.
+import { BoundedMap } from "../../boundedMap.ts";
 import type { Logger } from "../../sinks/log.ts";
 import type { SyscallCounterKey } from "../probe/controlChannel.ts";
 import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../sinks/lossMetrics.ts";
@@ -41,11 +42,20 @@ const DEFAULT_POD_SERIES_GRACE_MS = 10 * 60_000;
 
 export class TargetSync {
   private readonly opts: TargetSyncOptions;
-  /** "namespace/pod" → the timer that removes its series once the grace is over. */
-  private readonly podSeriesRemovals = new Map<string, NodeJS.Timeout>();
+  /**
+   * "namespace/pod" → the timer that removes its series once the grace is
+   * over. Past capacity the oldest pod's series go at once, counted.
+   */
+  private readonly podSeriesRemovals: BoundedMap<string, NodeJS.Timeout>;
 
   constructor(opts: TargetSyncOptions) {
     this.opts = opts;
+    this.podSeriesRemovals = new BoundedMap(opts.podSeriesCapacity ?? 4096, (oldestKey, oldestTimer) => {
+      clearTimeout(oldestTimer);
+      const [oldestNamespace = "", oldestPod = ""] = oldestKey.split("/");
+      opts.metrics.eventsDropped.inc({ stage: "targets", reason: "capacity" });
+      this.removeNow(oldestNamespace, oldestPod);
+    });
     opts.targets.onChange((changes) => this.apply(changes));
   }
 
@@ -83,17 +93,8 @@ export class TargetSync {
   }
 
   private removePodSeriesLater(namespace: string, pod: string): void {
-    const { metrics } = this.opts;
     const key = `${namespace}/${pod}`;
     this.cancelPodSeriesRemoval(namespace, pod);
-    if (this.podSeriesRemovals.size >= (this.opts.podSeriesCapacity ?? 4096)) {
-      const [oldestKey, oldestTimer] = this.podSeriesRemovals.entries().next().value!;
-      clearTimeout(oldestTimer);
-      this.podSeriesRemovals.delete(oldestKey);
-      const [oldestNamespace = "", oldestPod = ""] = oldestKey.split("/");
-      metrics.eventsDropped.inc({ stage: "targets", reason: "capacity" });
-      this.removeNow(oldestNamespace, oldestPod);
-    }
     const timer = setTimeout(() => {
       this.podSeriesRemovals.delete(key);
       if (!this.podWatched(namespace, pod)) this.removeNow(namespace, pod);

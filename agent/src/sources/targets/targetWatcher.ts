@@ -5,6 +5,7 @@
 // target's identity (comm, Kubernetes metadata, PID-namespace pids) for the
 // stages that label and correlate. Removed targets are remembered a little
 // longer, bounded, because their last events may still be in flight.
+import { BoundedMap } from "../../boundedMap.ts";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import type { ProcessIdentity } from "../../model.ts";
@@ -43,17 +44,25 @@ export interface TargetWatcherOptions {
 
 export class TargetWatcher {
   private current = new Map<number, WatchedTarget>();
-  private readonly recent = new Map<number, WatchedTarget>();
+  /** Removed targets, for late events; past recentCapacity the oldest is forgotten, counted. */
+  private readonly recent: BoundedMap<number, WatchedTarget>;
   private timer: NodeJS.Timeout | undefined;
   private scanning: Promise<void> | null = null;
   private readonly opts: TargetWatcherOptions;
-  /** pid → when its exec made it a target; a scan that began before that may not know it yet. */
-  private readonly admitted = new Map<number, number>();
+  /**
+   * pid → when its exec made it a target; a scan that began before that may
+   * not know it yet. Bounded by the targets themselves (entries go when a scan
+   * settles them), and past 4096 the oldest is forgotten, counted.
+   */
+  private readonly admitted: BoundedMap<number, number>;
   private scanStartedAt = 0;
   private readonly changeListeners: ((changes: TargetChanges) => Promise<void>)[] = [];
 
   constructor(opts: TargetWatcherOptions) {
     this.opts = opts;
+    const dropped = (): void => opts.metrics.eventsDropped.inc({ stage: "targets", reason: "capacity" });
+    this.recent = new BoundedMap(opts.recentCapacity ?? 1024, dropped);
+    this.admitted = new BoundedMap(4096, dropped);
   }
 
   /** Who applies changes (the kernel's target set and the series, the Go probes); subscribed before the first scan, told in order. */
@@ -132,8 +141,6 @@ export class TargetWatcher {
     if (target) {
       next.set(pid, target);
       this.admitted.set(pid, Date.now());
-      // Bounded by the targets themselves: entries go when a scan settles them.
-      if (this.admitted.size > 4096) this.admitted.delete(this.admitted.keys().next().value!);
     }
     this.current = next;
     this.countBySource();
@@ -214,10 +221,7 @@ export class TargetWatcher {
   }
 
   private remember(target: WatchedTarget): void {
-    const capacity = this.opts.recentCapacity ?? 1024;
-    this.recent.delete(target.pid);
     this.recent.set(target.pid, target);
-    while (this.recent.size > capacity) this.recent.delete(this.recent.keys().next().value!);
   }
 }
 

@@ -2,6 +2,7 @@
 // (python's ssl module, most C clients), or its own executable when OpenSSL
 // is linked in and exported (node). Read through the host's /proc, so that
 // the path works from a pod for a process in another mount namespace.
+import { BoundedMap } from "../../boundedMap.ts";
 import { readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { openFileSource } from "../goBinary/byteSource.ts";
@@ -21,13 +22,22 @@ const LIBSSL = /\s(\/\S*\/libssl\.so(?:\.[\d.]+)?)$/m;
 const EXPORTED = ["SSL_read", "SSL_write", "SSL_do_handshake"];
 
 /** Executables looked at, dev:inode → whether they export OpenSSL: a target without it is looked at again, its binary need not be. */
-export type ExportsCache = Map<string, boolean>;
+export type ExportsCache = BoundedMap<string, boolean>;
 
 /** Executables remembered at most. */
 const EXPORTS_CACHE_CAPACITY = 1024;
 
+/**
+ * Whether an executable (by device and inode) exports OpenSSL. A file
+ * forgotten for room is only read again when a process runs it, so nothing is
+ * lost and its evictions are not counted as drops.
+ */
+export function newExportsCache(): ExportsCache {
+  return new BoundedMap(EXPORTS_CACHE_CAPACITY);
+}
+
 /** Where `pid`'s OpenSSL is, or why none is found (yet: python maps libssl when it first imports ssl). */
-export async function openSslOf(procRoot: string, pid: number, exportsCache: ExportsCache = new Map()): Promise<OpenSsl | string> {
+export async function openSslOf(procRoot: string, pid: number, exportsCache: ExportsCache = newExportsCache()): Promise<OpenSsl | string> {
   const dir = path.join(procRoot, String(pid));
   let maps: string;
   try {
@@ -48,7 +58,6 @@ export async function openSslOf(procRoot: string, pid: number, exportsCache: Exp
     let exports = exportsCache.get(key);
     if (exports === undefined) {
       exports = await exportsOpenSsl(file);
-      if (exportsCache.size >= EXPORTS_CACHE_CAPACITY) exportsCache.delete(exportsCache.keys().next().value!);
       exportsCache.set(key, exports);
     }
     if (!exports) return "no OpenSSL mapped";

@@ -21,8 +21,10 @@
 // (the first process of a library, followed once its program attached) did
 // not see that request written: where the wire says a request that started
 // before then is unanswered, the wire's count stands.
+import { BoundedMap } from "../../boundedMap.ts";
 import type { PrintfRecordOf } from "../probe/probeLines.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
+import { CLOSED_BY } from "../../vocabulary/closedBy.ts";
 
 export type TlsCloseRecord = PrintfRecordOf<"tls_close">;
 
@@ -57,10 +59,6 @@ type SocketRecord = PrintfRecordOf<"send"> | PrintfRecordOf<"close">;
 /** A close whose request the wire took for answered only by what may be TLS session tickets, and no TLS verdict for it: a loss, uncertain. */
 export type UncertainClose = PrintfRecordOf<"close"> & { uncertain: true };
 
-/** The close line's CLOSED_BY: 1 the target, 2 the apiserver. */
-const CLOSED_BY_CLIENT = 1;
-const CLOSED_BY_SERVER = 2;
-
 /** How long a verdict, or a socket the TLS program saw die, is kept for a line that may still name it. */
 const REMEMBER_NS = 60_000_000_000n;
 
@@ -70,16 +68,21 @@ export class TlsAnswers {
   readonly #followed = new Map<number, bigint>();
   readonly #waiting: SocketRecord[] = [];
   /** sk → the TLS program's verdict, until its close line comes. */
-  readonly #verdicts = new Map<bigint, TlsCloseRecord>();
+  readonly #verdicts: BoundedMap<bigint, TlsCloseRecord>;
   /** sk → when the TLS program saw it die with a request unanswered that the wire had taken for answered. */
-  readonly #deadByTls = new Map<bigint, bigint>();
+  readonly #deadByTls: BoundedMap<bigint, bigint>;
   /** sk → the socket probe's `ambiguous` line, printed right before that socket's close line. */
-  readonly #ambiguous = new Map<bigint, PrintfRecordOf<"ambiguous">>();
+  readonly #ambiguous: BoundedMap<bigint, PrintfRecordOf<"ambiguous">>;
   #latestNs = 0n;
   #onWaiting: () => void = () => {};
 
   constructor(opts: TlsAnswersOptions) {
     this.#o = { holdNs: 50_000_000n, capacity: 4096, ...opts };
+    // Each past capacity forgets its oldest socket, counted.
+    const dropped = (): void => this.#o.onDrop("capacity");
+    this.#verdicts = new BoundedMap(this.#o.capacity, dropped);
+    this.#deadByTls = new BoundedMap(this.#o.capacity, dropped);
+    this.#ambiguous = new BoundedMap(this.#o.capacity, dropped);
   }
 
   /** Told when a record starts waiting: whoever drains should look again within `holdNs`. */
@@ -104,7 +107,6 @@ export class TlsAnswers {
   /** The TLS program's verdict for one socket. */
   addVerdict(record: TlsCloseRecord): void {
     this.#see(record.ts);
-    if (this.#verdicts.size >= this.#o.capacity) this.#evictOldest(this.#verdicts);
     this.#verdicts.set(record.sk, record);
     this.drain(this.#latestNs);
   }
@@ -112,7 +114,6 @@ export class TlsAnswers {
   /** True when the record is taken: it comes back through `release`, in order. */
   offer(record: ProbeRecord): boolean {
     if (record.type === "ambiguous") {
-      if (this.#ambiguous.size >= this.#o.capacity) this.#evictOldest(this.#ambiguous);
       this.#ambiguous.set(record.sk, record);
       return true;
     }
@@ -183,11 +184,10 @@ export class TlsAnswers {
     }
     const min = this.#o.unansweredMinBytes;
     if (verdict.unansweredBytes >= min && record.unansweredBytes < min) {
-      if (this.#deadByTls.size >= this.#o.capacity) this.#evictOldest(this.#deadByTls);
       this.#deadByTls.set(record.sk, record.ts);
     }
     // The client's FIN that follows the server's close_notify answers it: the server ended the connection.
-    const closedBy = verdict.peerClosed && record.closedBy === CLOSED_BY_CLIENT ? CLOSED_BY_SERVER : record.closedBy;
+    const closedBy = verdict.peerClosed && record.closedBy === CLOSED_BY.target ? CLOSED_BY.apiserver : record.closedBy;
     this.#o.release({ ...record, unansweredBytes: verdict.unansweredBytes, waitedNs: verdict.waitedNs, closedBy });
   }
 
@@ -204,11 +204,5 @@ export class TlsAnswers {
       if (ambiguous.ts >= limitNs) break;
       this.#ambiguous.delete(sk); // its close line never came (a record dropped)
     }
-  }
-
-  #evictOldest(map: Map<bigint, unknown>): void {
-    const oldest = map.keys().next();
-    if (oldest.done !== true) map.delete(oldest.value);
-    this.#o.onDrop("capacity");
   }
 }

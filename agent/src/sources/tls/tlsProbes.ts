@@ -13,7 +13,7 @@
 import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
-import { openSslOf, type ExportsCache } from "./openSslOf.ts";
+import { newExportsCache, openSslOf, type ExportsCache } from "./openSslOf.ts";
 import type { TlsAnswers } from "./tlsAnswers.ts";
 import { renderTlsProgram } from "./tlsProbeProgram.ts";
 
@@ -65,7 +65,7 @@ export class TlsProbes {
   readonly #programs: UprobePrograms;
   /** Targets with no OpenSSL found yet → when to look again. */
   readonly #pending = new Map<number, NextLook>();
-  readonly #exportsCache: ExportsCache = new Map();
+  readonly #exportsCache: ExportsCache = newExportsCache();
   #ticker: AdaptiveTicker | null = null;
   #recheck: NodeJS.Timeout | null = null;
 

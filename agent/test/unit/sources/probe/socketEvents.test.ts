@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ProbeRecord } from "../../../../src/sources/probe/probeOutput.ts";
-import { errnoName, judge } from "../../../../src/sources/probe/socketEvents.ts";
+import { judge } from "../../../../src/sources/probe/socketEvents.ts";
+import { errnoName } from "../../../../src/vocabulary/errno.ts";
 import type { UncertainClose } from "../../../../src/sources/tls/tlsAnswers.ts";
 
 const close = (over: Partial<Extract<ProbeRecord, { type: "close" }>>): ProbeRecord => ({

@@ -8,7 +8,6 @@ import path from "node:path";
 import { describe, it } from "node:test";
 import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
 import { parseAgentIdentity, readAgentIdentity } from "../../../../src/sources/targets/agentIdentity.ts";
-import { RecentPids } from "../../../../src/sources/targets/recentPids.ts";
 import { TargetWatcher, type TargetChanges } from "../../../../src/sources/targets/targetWatcher.ts";
 
 function procTree(processes: Record<string, { comm: string; argv?: string[]; status?: string }>): string {
@@ -127,17 +126,5 @@ describe("TargetWatcher.admitExec", () => {
     rmSync(path.join(root, "41"), { recursive: true });
     await w.scan();
     assert.ok(!w.pids().includes(41), "exited");
-  });
-});
-
-describe("RecentPids", () => {
-  it("forgets the oldest past its capacity", () => {
-    const pids = new RecentPids(2);
-    pids.add(1);
-    pids.add(2);
-    pids.add(3);
-    assert.deepEqual([1, 2, 3].map((p) => pids.has(p)), [false, true, true]);
-    pids.delete(3);
-    assert.equal(pids.has(3), false);
   });
 });
