@@ -51,7 +51,7 @@ const lossesNow = [
     id: 4,
     title: "Loss ratio",
     description:
-      "Lost writes divided by successful apiserver writes (lostwrite_apiserver_writes_total) of the watched processes. The denominator has no controller label, so with a controller selected this is that controller's share of all writes of the selected namespaces. Alert LostwriteStatusWriteLossRatioHigh fires above 1 % per controller.",
+      "Lost writes divided by successful apiserver writes (lostwrite_apiserver_writes_total) of the watched processes. The denominator has no controller label, so with a controller selected this is that controller's share of all writes of the selected namespaces. No alert pages on this ratio: LostwriteSilentStatusWriteLoss pages on any silent loss, LostwriteApiserverWriteFailureRatioHigh on more than 1 % failed sends per pod.",
     unit: "percentunit",
     decimals: 2,
     steps: ["green", { from: 0.001, color: "orange" }, { from: 0.01, color: "red" }],
@@ -100,7 +100,7 @@ const lossesNow = [
     id: 8,
     title: "Loss ratio by pod",
     description:
-      "Share of each pod's successful apiserver writes that were lost (lost / lostwrite_apiserver_writes_total, both per pod). The alert threshold is 1 % per controller.",
+      "Share of each pod's successful apiserver writes that were lost (lost / lostwrite_apiserver_writes_total, both per pod). The red line is 1 %, the level of LostwriteApiserverWriteFailureRatioHigh, which compares a pod's failed sends (not its losses) with its writes.",
     unit: "percentunit",
     thresholdLine: ["green", { from: 0.01, color: "red" }],
     at: { x: 0, y: 13, w: 12, h: 8 },
