@@ -7,10 +7,12 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { lostwriteDashboard } from "./lostwrite.ts";
+import { operatorDashboard } from "./operator.ts";
 
 /** Each committed JSON file and the code that makes it. */
 export const dashboards: { path: string; build: () => unknown }[] = [
   { path: fileURLToPath(new URL("../lostwrite.json", import.meta.url)), build: lostwriteDashboard },
+  { path: fileURLToPath(new URL("../lostwrite-operator.json", import.meta.url)), build: operatorDashboard },
 ];
 
 /** The file's text as committed: two-space JSON and a final newline, so diffs stay readable. */

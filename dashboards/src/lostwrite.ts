@@ -3,6 +3,7 @@
 // lost, why, is the agent healthy. `npm run dashboards` writes the JSON;
 // agent/test/unit/repository/dashboardsAsCode.test.ts fails when it is stale.
 import * as dashboard from "@grafana/grafana-foundation-sdk/dashboard";
+import { OPERATOR_DASHBOARD_UID } from "./operator.ts";
 import { row, seriesStyle, statPanel, tablePanel, timeseriesPanel } from "./panels.ts";
 import { allLossSpansInTempo, exemplarTraceLinks } from "./traceLinks.ts";
 import {
@@ -126,6 +127,13 @@ const lossesNow = [
       },
     ],
     links: [allLossSpansInTempo],
+    rowLinks: [
+      {
+        title: "This operator: its losses, requests and traces",
+        // The variables both dashboards have carry over; the row's namespace and pod pick the operator.
+        url: `/d/${OPERATOR_DASHBOARD_UID}?\${datasource:queryparam}&\${cluster:queryparam}&\${tempo:queryparam}&\${jaeger:queryparam}&var-namespace=\${__data.fields.namespace}&var-pod=\${__data.fields.pod}&\${__url_time_range}`,
+      },
+    ],
     transformations: [{ id: "organize", options: { excludeByName: { Time: true }, renameByName: { Value: "lost in range" } } }],
   }),
 ];

@@ -149,8 +149,8 @@ export function timeseriesPanel(
   return panel;
 }
 
-/** One instant query shown as rows: each series a row, its labels the columns. */
-export function tablePanel(p: PanelCommon & { transformations: dashboard.DataTransformerConfig[] }): TablePanelBuilder {
+/** One instant query shown as rows: each series a row, its labels the columns; `rowLinks` open from any cell, in the same tab. */
+export function tablePanel(p: PanelCommon & { transformations: dashboard.DataTransformerConfig[]; rowLinks?: PanelLink[] }): TablePanelBuilder {
   const panel = new TablePanelBuilder()
     .id(p.id)
     .title(p.title)
@@ -164,6 +164,7 @@ export function tablePanel(p: PanelCommon & { transformations: dashboard.DataTra
     .footer(new common.TableFooterOptionsBuilder().show(false).reducer(["sum"]))
     .transformations(p.transformations);
   if (p.decimals !== undefined) panel.decimals(p.decimals);
+  if (p.rowLinks) panel.dataLinks(p.rowLinks.map((l) => ({ build: () => ({ title: l.title, url: l.url }) as dashboard.DashboardLink })));
   if (p.links) panel.links(panelLinks(p.links));
   return panel;
 }

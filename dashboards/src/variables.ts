@@ -16,23 +16,28 @@ function dataSource(name: string, label: string, plugin: string, description: st
   return new dashboard.DatasourceVariableBuilder(name).label(label).type(plugin).description(description);
 }
 
-/** A label's values as a drop-down, "All" by default and matching series without the label. */
-function labelValues(
+/**
+ * A label's values as a drop-down, "All" by default and matching series
+ * without the label; `pickOne`: no "All", one value (a drill-down's subject).
+ */
+export function labelValues(
   name: string,
   label: string,
   description: string,
   selector: string,
-  opts: { multi: boolean },
+  opts: { multi: boolean; pickOne?: boolean },
 ): dashboard.QueryVariableBuilder {
   const query = `label_values(${selector}, ${name})`;
-  return new dashboard.QueryVariableBuilder(name)
+  const variable = new dashboard.QueryVariableBuilder(name)
     .label(label)
     .description(description)
     .datasource(PROMETHEUS)
     .definition(query)
     .query({ query, refId: `${name}-values` })
     .refresh(dashboard.VariableRefresh.OnTimeRangeChanged)
-    .sort(dashboard.VariableSort.AlphabeticalAsc)
+    .sort(dashboard.VariableSort.AlphabeticalAsc);
+  if (opts.pickOne) return variable.includeAll(false).multi(false);
+  return variable
     .includeAll(true)
     .allValue(".*")
     .multi(opts.multi)
