@@ -109,6 +109,14 @@ void test("loss panels request exemplars and link to the trace in Tempo and Jaeg
   }
 });
 
+void test("every alert a panel names is a rule in dashboards/alerts.yaml", () => {
+  const rules = new Set([...alertsYaml.matchAll(/^\s*- alert: (\w+)$/gm)].map((m) => m[1]));
+  assert.ok(rules.size > 0);
+  const named = [...JSON.stringify(raw).matchAll(/\bLostwrite[A-Z]\w+/g)].map(([name]) => name);
+  assert.ok(named.length > 0);
+  for (const name of named) assert.ok(rules.has(name), `the dashboard names alert ${name}, which dashboards/alerts.yaml does not have`);
+});
+
 /** lostwrite_… names in a PromQL text, with histogram series suffixes folded to the metric. */
 function metricNames(promql: string, histograms: Set<string>): string[] {
   return [...promql.matchAll(/\blostwrite_\w+/g)].map(([name]) => {
