@@ -4,7 +4,7 @@
 // the module cache) serves exactly those. The binary is kept in a cache
 // directory per version, so only a machine's first run builds it.
 //
-//   node testbed/helm/helm.ts     build it now (CI does, before the tests), print its path
+//   node testbed/helm/helm.ts     build it now (`npm run tools` does, before the tests), print its path
 //
 // A cold build (about 130 modules, 550 MB of module cache) took 16 s to
 // download and 6 min 50 s to compile under nice 19 on 2 busy cores (3 min

@@ -11,7 +11,7 @@ import { execa } from "execa";
 import { z } from "zod";
 import { AgentMetrics } from "../../../src/sinks/metrics.ts";
 import { allPanels, dashboardPath, dashboardQueries, loadDashboard } from "../../e2e/support/dashboardQueries.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
 const raw: unknown = JSON.parse(readFileSync(dashboardPath, "utf8"));
@@ -152,9 +152,8 @@ void test("the dashboard shows every metric the agent exports", async () => {
   for (const { name } of exported) assert.ok(shown.has(name), `no panel shows ${name}`);
 });
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
-
-void test("every panel query and variable selector is PromQL that promtool parses", { skip: skipUnlessCI(promtool) }, async () => {
+// Every Prometheus generation users run parses them.
+for (const { name, promtool } of MONITORING_GENERATIONS) void test(`every panel query and variable selector is PromQL that promtool parses (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
   const queries = dashboardQueries();
   // label_values(<selector>, <label>): the selector is PromQL too.
   const selectors = dashboard.templating.list.flatMap((v) => {

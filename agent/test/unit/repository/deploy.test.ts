@@ -27,7 +27,7 @@ import { PrometheusRule, ServiceMonitor } from "@kubernetes-models/prometheus-op
 import type { IDaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import type { IClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
 import { repoPath } from "../../repoPath.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { CURRENT_MONITORING, DEBIAN_MONITORING, skipUnlessCI } from "../../e2e/support/tools.ts";
 
 const ROOT = repoPath() + "/";
 const KUBECTL = "/usr/bin/kubectl";
@@ -456,9 +456,14 @@ void test("SELinux runs the agent as spc_t; AppArmor unconfined through the Kube
   }
 });
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
+const scrapeConfigChecks = [
+  { generation: CURRENT_MONITORING, staticTarget: false },
+  // Debian's Prometheus is built without Kubernetes discovery: its promtool
+  // checks the job with a static target in its place, everything else as shipped.
+  { generation: DEBIAN_MONITORING, staticTarget: true },
+];
 
-void test("the plain Prometheus scrape config keeps the agent's labels, adds the node, and promtool accepts it", { skip: skipUnlessCI(promtool) }, async () => {
+for (const { generation: { name, promtool }, staticTarget } of scrapeConfigChecks) void test(`the plain Prometheus scrape config keeps the agent's labels, adds the node, and promtool accepts it (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
   const text = await readFile(`${ROOT}deploy/prometheus/scrape-config.yaml`, "utf8");
   const config = parseDocument(text).toJS() as {
     scrape_configs: { job_name: string; honor_labels?: boolean; kubernetes_sd_configs?: unknown[]; relabel_configs: { source_labels?: string[]; target_label?: string; regex?: string; action?: string }[] }[];
@@ -470,12 +475,10 @@ void test("the plain Prometheus scrape config keeps the agent's labels, adds the
   const ds = find<IDaemonSet>(await render("deploy/base"), "DaemonSet");
   const keep = job.relabel_configs.find((r) => r.action === "keep" && r.source_labels?.[0] === "__meta_kubernetes_pod_container_port_name");
   assert.equal(ds.spec?.template.spec?.containers[0]?.ports?.find((p) => p.containerPort === 9470)?.name, keep?.regex, "keeps the metrics port by its name");
-  // Debian's Prometheus is built without Kubernetes discovery, so promtool
-  // checks the job with a static target in its place: everything else as shipped.
   const dir = await mkdtemp(join(tmpdir(), "lostwrite-scrape-"));
   try {
     assert.ok(job.kubernetes_sd_configs?.length, "the job discovers the agent pods");
-    const checked = { scrape_configs: [{ ...job, kubernetes_sd_configs: undefined, static_configs: [{ targets: ["127.0.0.1:9470"] }] }] };
+    const checked = staticTarget ? { scrape_configs: [{ ...job, kubernetes_sd_configs: undefined, static_configs: [{ targets: ["127.0.0.1:9470"] }] }] } : config;
     await writeFile(join(dir, "prometheus.yml"), JSON.stringify(checked));
     const result = await execa(promtool.path ?? assert.fail(promtool.reason), ["check", "config", join(dir, "prometheus.yml")], { reject: false, all: true });
     assert.equal(result.exitCode, 0, result.all);

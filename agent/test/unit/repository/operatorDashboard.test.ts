@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { execa } from "execa";
 import { AgentMetrics } from "../../../src/sinks/metrics.ts";
 import { allPanels, dashboardQueries, loadDashboard } from "../../e2e/support/dashboardQueries.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
 const operatorPath = repoPath("dashboards/lostwrite-operator.json");
@@ -70,9 +70,7 @@ void test("the on-call dashboard's loss table opens this one with variables it h
   for (const name of carried) assert.ok(names.has(name), `the link sets ${name}, which the operator dashboard has no variable for`);
 });
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
-
-void test("every panel query is PromQL that promtool parses", { skip: skipUnlessCI(promtool) }, async () => {
+for (const { name, promtool } of MONITORING_GENERATIONS) void test(`every panel query is PromQL that promtool parses (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
   const queries = dashboardQueries({}, operator);
   assert.equal(queries.length, dataPanels.reduce((n, p) => n + (p.targets?.length ?? 0), 0));
   const ruleFile = { groups: queries.map((q, i) => ({ name: q.panel, rules: [{ record: `lostwrite_operator_dashboard:query_${i}`, expr: q.expr }] })) };
