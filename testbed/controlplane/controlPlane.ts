@@ -225,6 +225,9 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
       // envtest's: no controller manager creates the default ServiceAccount that admission would require.
       "--disable-admission-plugins=ServiceAccount",
       "--allow-privileged=true",
+      // The endpoint reconciler refuses a loopback advertise address ("may not be in the loopback range"); on
+      // loopback no Pod reaches the apiserver through the `kubernetes` Service, so that Service gets no endpoints.
+      "--endpoint-reconciler-type=none",
       ...(opts.apiserverFlags ?? []),
     ];
     const startApiserver = async (): Promise<void> => {
