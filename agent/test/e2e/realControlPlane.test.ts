@@ -313,6 +313,82 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     assert.deepEqual(others, [], "nothing else was reported: not the watches' reconnects, not the writes after the restart");
     assert.equal(eventsFor(statusPathOf(op.namespace, name)).length, 1, "the write after the re-list landed, unreported");
   });
+  it("APF: the operator's status write rejected 429 by its FlowSchema's priority level, retried by client-go after Retry-After and answered: a retry, no loss", async () => {
+    // Why the real apiserver: API Priority and Fairness (a FlowSchema, a PriorityLevelConfiguration that rejects, its seats and Retry-After) exists only in the real one.
+    const op = operators.careful;
+    const name = "throttled";
+    const hogs = "cp-hogs";
+    await cp.ensureNamespace(hogs);
+    const hog = await cp.kubeconfigFor("hog", { user: "lostwrite-hog" });
+    const level = await cp.create("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
+      apiVersion: "flowcontrol.apiserver.k8s.io/v1", kind: "PriorityLevelConfiguration", metadata: { name: "lostwrite-throttled" },
+      // The fewest seats a level gets (1 share of the server's 600), none lent or borrowed, and no queue: full means 429.
+      spec: { type: "Limited", limited: { nominalConcurrencyShares: 1, lendablePercent: 0, borrowingLimitPercent: 0, limitResponse: { type: "Reject" } } },
+    }) as { metadata: { uid: string } };
+    await cp.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+      apiVersion: "flowcontrol.apiserver.k8s.io/v1", kind: "FlowSchema", metadata: { name: "lostwrite-throttled" },
+      spec: {
+        priorityLevelConfiguration: { name: "lostwrite-throttled" }, matchingPrecedence: 500, distinguisherMethod: { type: "ByUser" },
+        rules: [{
+          subjects: [OPERATOR_USER, "lostwrite-hog"].map((user) => ({ kind: "User", user: { name: user } })),
+          resourceRules: [{ verbs: ["update", "patch"], apiGroups: [WIDGET_GROUP], resources: ["widgets/status"], namespaces: [op.namespace, hogs] }],
+        }],
+      },
+    });
+    const hogWrite = (widget: string): Promise<{ status: number; headers: Record<string, string | string[] | undefined> }> =>
+      cp.request("PATCH", statusPathOf(hogs, widget), { as: hog.client, contentType: "application/merge-patch+json", body: { status: { phase: "Pending" } } });
+    // The level is in force once the apiserver classifies a hog's write into it (it says so in a response header).
+    await cp.create(widgetsPath(hogs), { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name: "probe" }, spec: { size: 0 } });
+    await waitFor("the apiserver to classify the hog's writes into the new priority level", async () =>
+      (await hogWrite("probe")).headers["x-kubernetes-pf-prioritylevel-uid"] === level.metadata.uid, 30_000);
+    const seats = async (): Promise<number> => {
+      const text = (await cp.request("GET", "/metrics")).body as string;
+      const line = text.split("\n").find((l) => l.startsWith("apiserver_flowcontrol_nominal_limit_seats{") && l.includes('priority_level="lostwrite-throttled"'));
+      return Number(line?.split(" ").at(-1) ?? 0);
+    };
+    const rejected = async (): Promise<number> => {
+      const text = (await cp.request("GET", "/metrics")).body as string;
+      return text.split("\n").filter((l) => l.startsWith("apiserver_flowcontrol_rejected_requests_total{") && l.includes('priority_level="lostwrite-throttled"'))
+        .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0);
+    };
+    const seatCount = await seats();
+    assert.ok(seatCount >= 1 && seatCount <= 10, `the level has a few seats: ${seatCount}`);
+
+    // The hog takes every seat: its status writes, held in flight by the webhook.
+    const holds = [];
+    const pendingWrites = [];
+    for (let i = 0; i < seatCount; i++) {
+      await cp.create(widgetsPath(hogs), { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name: `hog-${i}` }, spec: { size: 0 } });
+      const hold = webhook.hold({ namespace: hogs, name: `hog-${i}`, user: "lostwrite-hog" });
+      pendingWrites.push(hogWrite(`hog-${i}`));
+      await hold.arrived;
+      holds.push(hold);
+    }
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const retriedBefore = await agent.metric("lostwrite_status_write_retried_total", { code: "429" });
+    const rejectedBefore = await rejected();
+    try {
+      await createWidget(op, name);
+      await waitFor("the apiserver to reject the operator's status write (429)", async () => (await rejected()) > rejectedBefore, 30_000);
+    } finally {
+      for (const hold of holds) hold.release();
+      await Promise.all(pendingWrites);
+    }
+    // client-go waits the answer's Retry-After (1 s) and sends the write again: answered this time.
+    await waitFor(`${name}'s status to land`, () => landed(op, name), 30_000);
+    await waitFor("the 429 to be counted as a retry", async () => (await agent.metric("lostwrite_status_write_retried_total", { code: "429" })) > retriedBefore, 10_000);
+    await sleep(SETTLE_MS); // past the correlation window: a loss event of the refused write would have come by now, and must not
+    const retried = (await agent.metric("lostwrite_status_write_retried_total", { code: "429" })) - retriedBefore;
+    rows.push({ fault: "APF 429, retried after Retry-After", expected: "no event, retried{code=429} +1", detected: `${describeEvents(agent.events.slice(since))}, retried{code=429} +${retried}` });
+    assert.equal((await rejected()) - rejectedBefore, 1, "the apiserver rejected one request of the level");
+    assert.equal(retried, 1, "one retry counted");
+    assert.deepEqual(agent.events.slice(since), [], "no event");
+    assert.equal(await lossCount(), lostBefore, "no status loss counted");
+    // The careful operator's later status writes are its own again.
+    assert.equal((await cp.request("DELETE", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/lostwrite-throttled")).status, 200);
+  });
+
   it("no fault, normal reconcile load: 40 widgets created, then each one's spec changed; every status lands and nothing is reported", async () => {
     // Why the real apiserver: its answers to a burst (watch events, resourceVersions, APF's queues) are the real ones, which the agent must not mistake for losses.
     const since = agent.events.length;
