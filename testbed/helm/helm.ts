@@ -10,20 +10,19 @@
 // download and 6 min 50 s to compile under nice 19 on 2 busy cores (3 min
 // 14 s of CPU); see docs/install.md.
 import { existsSync, mkdirSync, renameSync } from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { goEnv, run } from "../goBuild.ts";
+import { toolsDir } from "../tools/moduleTools.ts";
 
 export const HELM_VERSION = "v4.3.2";
 const SOURCE = path.dirname(fileURLToPath(import.meta.url));
 /** A cold build on 2 busy cores takes about 7 minutes. */
 const BUILD_TIMEOUT_MS = 1_200_000;
 
+/** $HELM_BUILD_CACHE_DIR, else beside the other built tools (testbed/tools). */
 export function helmCacheDir(): string {
-  if (process.env.HELM_BUILD_CACHE_DIR) return process.env.HELM_BUILD_CACHE_DIR;
-  if (process.env.XDG_CACHE_HOME) return path.join(process.env.XDG_CACHE_HOME, "lostwrite-helm");
-  return path.join(os.homedir(), ".cache", "lostwrite-helm");
+  return process.env.HELM_BUILD_CACHE_DIR ?? path.join(toolsDir(), "helm");
 }
 
 /** Where the cached binary is, built or not. */
