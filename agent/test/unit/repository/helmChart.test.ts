@@ -7,19 +7,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { execa } from "execa";
-import { parseAllDocuments } from "yaml";
-import { Namespace, ResourceQuota, Service, ServiceAccount } from "kubernetes-models/v1";
-import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
-import { ClusterRole, ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1";
-import { DaemonSet } from "kubernetes-models/apps/v1";
-import { PrometheusRule, ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
 import type { IDaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { helmBinary } from "../../../../testbed/helm/helm.ts";
 import { goUnavailable } from "../../../../testbed/goBuild.ts";
+import { assertValidSchemas, type K8sObject, objectKey, overlayWith, parseObjects, renderKustomization, renderOverlay } from "../../deployManifests.ts";
 import { repoPath } from "../../repoPath.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
 
@@ -29,25 +21,6 @@ const go = goUnavailable();
 const skip = skipUnlessCI(kubectl, { path: go ? null : "go", reason: go ?? "" });
 // A first run builds helm from source: minutes (testbed/helm/helm.ts).
 const SLOW = { skip, timeout: 1_200_000 };
-
-interface K8sObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
-}
-
-const MODELS: Record<string, new (data: never) => { validate(): void }> = {
-  "v1/Namespace": Namespace,
-  "v1/ServiceAccount": ServiceAccount,
-  "v1/Service": Service,
-  "v1/ResourceQuota": ResourceQuota,
-  "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy,
-  "rbac.authorization.k8s.io/v1/ClusterRole": ClusterRole,
-  "rbac.authorization.k8s.io/v1/ClusterRoleBinding": ClusterRoleBinding,
-  "apps/v1/DaemonSet": DaemonSet,
-  "monitoring.coreos.com/v1/ServiceMonitor": ServiceMonitor,
-  "monitoring.coreos.com/v1/PrometheusRule": PrometheusRule,
-};
 
 /** The values that stand for each component of deploy/components (docs/install.md, "Helm"). */
 const COMPONENT_VALUES: Record<string, string[]> = {
@@ -59,13 +32,6 @@ const COMPONENT_VALUES: Record<string, string[]> = {
   "priority-class": ["priorityClassName=system-node-critical"],
 };
 
-const objectKey = (o: K8sObject): string => `${o.kind}/${o.metadata.name}`;
-
-function parseObjects(text: string): K8sObject[] {
-  return parseAllDocuments(text)
-    .map((d) => d.toJS() as K8sObject | null)
-    .filter((o): o is K8sObject => o !== null);
-}
 
 async function helm(args: string[]): Promise<string> {
   const { stdout } = await execa(await helmBinary(), args, { cwd: repoPath() });
@@ -78,25 +44,6 @@ async function renderChart(values: string[]): Promise<K8sObject[]> {
   return parseObjects(await helm(["template", "lostwrite", CHART, "--namespace", "lostwrite", ...set]));
 }
 
-/** The base with these components and patches, as an overlay of a user renders it. */
-async function renderKustomize(kustomization: string): Promise<K8sObject[]> {
-  const dir = await mkdtemp(join(tmpdir(), "lostwrite-helm-vs-kustomize-"));
-  try {
-    await mkdir(join(dir, "deploy/overlays/mine"), { recursive: true });
-    await symlink(repoPath("deploy/base"), join(dir, "deploy/base"));
-    await symlink(repoPath("deploy/components"), join(dir, "deploy/components"));
-    await writeFile(join(dir, "deploy/overlays/mine/kustomization.yaml"), kustomization);
-    const { stdout } = await execa(kubectl.path ?? assert.fail(kubectl.reason), ["kustomize", join(dir, "deploy/overlays/mine")]);
-    return parseObjects(stdout);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
-function withComponents(components: string[], extra = ""): string {
-  return `resources:\n  - ../../base\ncomponents:\n${components.map((c) => `  - ../../components/${c}\n`).join("")}${extra}`;
-}
-
 /** Both renderings hold the same objects, field for field. */
 function assertSameObjects(chart: K8sObject[], kustomize: K8sObject[], where: string): void {
   const byKey = (objects: K8sObject[]): Map<string, K8sObject> => new Map(objects.map((o) => [objectKey(o), o]));
@@ -104,14 +51,6 @@ function assertSameObjects(chart: K8sObject[], kustomize: K8sObject[], where: st
   const fromKustomize = byKey(kustomize);
   assert.deepEqual([...fromChart.keys()].sort(), [...fromKustomize.keys()].sort(), `${where}: objects`);
   for (const [key, o] of fromKustomize) assert.deepEqual(fromChart.get(key), o, `${where}: ${key}`);
-}
-
-function validate(objects: K8sObject[], where: string): void {
-  for (const o of objects) {
-    const Model = MODELS[`${o.apiVersion}/${o.kind}`];
-    assert.ok(Model, `${where}: no schema for ${o.apiVersion} ${o.kind}`);
-    assert.doesNotThrow(() => new Model(o as never).validate(), `${where}: ${objectKey(o)}`);
-  }
 }
 
 function daemonSet(objects: K8sObject[]): IDaemonSet {
@@ -136,22 +75,22 @@ void test("every component of deploy/components has the values that stand for it
 
 void test("the chart's defaults (with namespace.create) render exactly deploy/base", SLOW, async () => {
   const chart = await renderChart(["namespace.create=true"]);
-  validate(chart, "chart defaults");
-  assertSameObjects(chart, await renderKustomize("resources:\n  - ../../base\n"), "defaults vs deploy/base");
+  assertValidSchemas(chart, "chart defaults");
+  assertSameObjects(chart, await renderOverlay({ "kustomization.yaml": overlayWith([]) }), "defaults vs deploy/base");
 });
 
 void test("each component's values render exactly the base with that component", SLOW, async () => {
   for (const [component, values] of Object.entries(COMPONENT_VALUES)) {
     const chart = await renderChart(["namespace.create=true", ...values]);
-    validate(chart, component);
-    assertSameObjects(chart, await renderKustomize(withComponents([component])), component);
+    assertValidSchemas(chart, component);
+    assertSameObjects(chart, await renderOverlay({ "kustomization.yaml": overlayWith([component]) }), component);
   }
 });
 
 void test("all components' values together render the base with every component", SLOW, async () => {
   const components = Object.keys(COMPONENT_VALUES);
   const chart = await renderChart(["namespace.create=true", ...Object.values(COMPONENT_VALUES).flat()]);
-  assertSameObjects(chart, await renderKustomize(withComponents(components)), "every component");
+  assertSameObjects(chart, await renderOverlay({ "kustomization.yaml": overlayWith(components) }), "every component");
 });
 
 void test("the kube-prometheus-stack overlay is the Prometheus Operator objects labelled for that release", SLOW, async () => {
@@ -161,8 +100,7 @@ void test("the kube-prometheus-stack overlay is the Prometheus Operator objects 
     "serviceMonitor.labels.release=kube-prometheus-stack",
     "prometheusRule.labels.release=kube-prometheus-stack",
   ]);
-  const { stdout } = await execa(kubectl.path ?? assert.fail(kubectl.reason), ["kustomize", repoPath("deploy/overlays/kube-prometheus-stack")]);
-  assertSameObjects(chart, parseObjects(stdout), "kube-prometheus-stack");
+  assertSameObjects(chart, await renderKustomization(repoPath("deploy/overlays/kube-prometheus-stack")), "kube-prometheus-stack");
 });
 
 void test("helm install's namespace: no Namespace object by default, every object in the release's namespace", SLOW, async () => {
@@ -208,7 +146,7 @@ void test("the values without a component change the DaemonSet where they say, a
     "tolerations[0].operator=Exists",
   ];
   const after = daemonSet(await renderChart(values));
-  validate([after as unknown as K8sObject], "every value set");
+  assertValidSchemas([after as unknown as K8sObject], "every value set");
   const pod = after.spec?.template.spec;
   const c = pod?.containers[0];
   assert.equal(c?.image, "registry.example.com/lostwrite:0.2.0");
