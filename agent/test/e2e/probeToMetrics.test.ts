@@ -9,50 +9,22 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { freePort, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { LW_CLIENT, runLwClient, watchedBy, type ClientStep } from "./support/lwClient.ts";
 import { resetOnMarkerServer, tlsResetServer } from "./support/resetServers.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
-const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_client.py");
 
-interface ClientStep {
-  step: string;
-  errno: string | null;
-  t: number;
-  /** Bytes the step's sends queued, where the client reports them. */
-  sent?: number;
-}
 
 /**
  * Runs the test client under a given comm (a symlink to the real python
  * binary). It acts once the agent has had time to find it: for a target, when
  * the agent's target count has grown; for a non-target, after the same rescans.
  */
-async function runClient(agent: AgentProcess, binary: string, mode: string, port: number, host = "127.0.0.1"): Promise<ClientStep[]> {
-  const child = spawn(binary, [CLIENT, mode, host, String(port)], { stdio: ["pipe", "pipe", "inherit"] });
-  let out = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
-  const exited = new Promise<number | null>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("exit", (code) => resolve(code));
-  });
-  try {
-    if (path.basename(binary) === "lw-client") {
-      // The agent logs every target it adds, by comm and pid.
-      const watched = `lw-client[${child.pid}]`;
-      await waitFor(`the agent to watch ${mode} client ${watched}`, () => agent.stderr.some((line) => line.includes(watched)), 5000);
-    } else {
-      await new Promise((r) => setTimeout(r, 2500));
-    }
-    child.stdin.end("go\n");
-  } catch (err) {
-    child.kill("SIGKILL");
-    throw err;
-  }
-  const code = await exited;
-  if (code !== 0) throw new Error(`client ${mode} exited ${code}: ${out}`);
-  return out.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ClientStep);
+function runClient(agent: AgentProcess, binary: string, mode: string, port: number, host = "127.0.0.1"): Promise<ClientStep[]> {
+  const comm = path.basename(binary);
+  return runLwClient(binary, mode, port, (pid) =>
+    comm === "lw-client" ? watchedBy(agent, comm, pid, 5000) : new Promise((r) => setTimeout(r, 2500)), host);
 }
 
 /** Reads nothing for a while (the client's send buffer fills: EAGAIN), then drains everything. */
@@ -119,7 +91,7 @@ describe("probe → metrics on the real kernel", { skip: skipWithoutKernel(), ti
     otherRefusedPort = await freePort();
 
     // A connection opened before the agent starts, as client-go's long-lived one is.
-    preexisting = spawn(target, [CLIENT, "wait_then_reset", "127.0.0.1", String(portOf(plainServer))], {
+    preexisting = spawn(target, [LW_CLIENT, "wait_then_reset", "127.0.0.1", String(portOf(plainServer))], {
       stdio: ["pipe", "pipe", "inherit"],
     });
     await new Promise<void>((resolve) => preexisting.stdout!.once("data", () => resolve()));

@@ -27,11 +27,11 @@ import { TLS_TRACEPOINT } from "../../src/sources/tls/tlsProbeProgram.ts";
 import { repoPath } from "../repoPath.ts";
 import { followLog, freePort, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "../e2e/support/agentProcess.ts";
 import { goOperatorFaults, type GoOperatorFaults } from "../e2e/support/goOperatorFaults.ts";
+import { runLwClient, watchedBy, type ClientStep } from "../e2e/support/lwClient.ts";
 import { resetOnMarkerServer, tlsResetServer } from "../e2e/support/resetServers.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "../e2e/support/kernelRequirements.ts";
 import { kernelResultsTable, type KernelResults } from "./results.ts";
 
-const CLIENT = repoPath("agent/test/e2e/clients/lw_client.py");
 const NODE = repoPath("node_modules/.bin/node");
 
 function logLine(text: string): LogLine | null {
@@ -44,10 +44,6 @@ function logLine(text: string): LogLine | null {
 
 const portOf = (server: net.Server): number => (server.address() as net.AddressInfo).port;
 
-interface ClientStep {
-  step: string;
-  errno: string | null;
-}
 
 /** Under software emulation everything is 10-50x slower than on the host: waits are generous. */
 const EVENT_WAIT_MS = 60_000;
@@ -80,26 +76,12 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
   let doctor: { code: number | null; output: string };
   const results: KernelResults = { kernel: os.release(), variant: null, doctor: [], families: [], faults: [] };
 
-  /** Runs lw_client.py as lw-client once the agent follows it (it logs every target it adds). */
-  async function runClient(mode: string, port: number, beforeGo: (pid: number) => Promise<unknown> = async () => {}): Promise<ClientStep[]> {
-    const child = spawn(lwClient, [CLIENT, mode, "127.0.0.1", String(port)], { stdio: ["pipe", "pipe", "inherit"] });
-    let out = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
-    const exited = new Promise<number | null>((resolve, reject) => {
-      child.once("error", reject);
-      child.once("exit", (code) => resolve(code));
+  /** Runs lw_client.py as lw-client once the agent follows it, and `beforeGo` then. */
+  function runClient(mode: string, port: number, beforeGo: (pid: number) => Promise<unknown> = async () => {}): Promise<ClientStep[]> {
+    return runLwClient(lwClient, mode, port, async (pid) => {
+      await watchedBy(agent, "lw-client", pid, EVENT_WAIT_MS);
+      await beforeGo(pid);
     });
-    try {
-      await waitFor(`the agent to watch lw-client[${child.pid}]`, () => agent.stderr.some((line) => line.includes(`lw-client[${child.pid}]`)), EVENT_WAIT_MS);
-      await beforeGo(child.pid!);
-      child.stdin.end("go\n");
-    } catch (err) {
-      child.kill("SIGKILL");
-      throw err;
-    }
-    const code = await exited;
-    if (code !== 0) throw new Error(`client ${mode} exited ${code}: ${out}`);
-    return out.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ClientStep);
   }
 
   /** Records a fault's row whatever happens, then asserts: a table with a failed row says more than a stack trace. */
