@@ -21,6 +21,7 @@ import type { IDaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { helmBinary } from "../../../../testbed/helm/helm.ts";
 import { goUnavailable } from "../../../../testbed/goBuild.ts";
 import { repoPath } from "../../repoPath.ts";
+import { COMPONENT_VALUES } from "../../e2e/support/deployRenderings.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
 
 const CHART = repoPath("deploy/helm/lostwrite");
@@ -49,15 +50,6 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   "monitoring.coreos.com/v1/PrometheusRule": PrometheusRule,
 };
 
-/** The values that stand for each component of deploy/components (docs/install.md, "Helm"). */
-const COMPONENT_VALUES: Record<string, string[]> = {
-  "prometheus-operator": ["serviceMonitor.enabled=true", "prometheusRule.enabled=true"],
-  "network-policy": ["networkPolicy.enabled=true"],
-  "host-port": ["otlp.hostPort.enabled=true"],
-  selinux: ["seLinuxOptions.type=spc_t"],
-  apparmor: ["appArmorProfile.type=Unconfined"],
-  "priority-class": ["priorityClassName=system-node-critical"],
-};
 
 const objectKey = (o: K8sObject): string => `${o.kind}/${o.metadata.name}`;
 
