@@ -259,7 +259,7 @@ void test("every added capability carries a comment saying why", async () => {
   });
 });
 
-void test("RBAC is read-only: get/list/watch on pods and endpointslices, nothing else", { skip: skipReason ?? false }, async () => {
+void test("RBAC is read-only: list/watch on pods and endpointslices, nothing else", { skip: skipReason ?? false }, async () => {
   const objects = await render("deploy/base");
   const role = find<IClusterRole>(objects, "ClusterRole");
   const grants = (role.rules ?? []).flatMap((r) => {
@@ -267,7 +267,7 @@ void test("RBAC is read-only: get/list/watch on pods and endpointslices, nothing
     assert.equal(r.resourceNames, undefined);
     return (r.apiGroups ?? []).flatMap((g) => (r.resources ?? []).map((res) => `${g}/${res}:${[...r.verbs].sort().join(",")}`));
   });
-  assert.deepEqual(grants.sort(), ["/pods:get,list,watch", "discovery.k8s.io/endpointslices:get,list,watch"]);
+  assert.deepEqual(grants.sort(), ["/pods:list,watch", "discovery.k8s.io/endpointslices:list,watch"]);
   assert.ok(!objects.some((o) => o.kind === "Role" || o.kind === "RoleBinding"), "no namespaced grants either");
   const rendered = JSON.stringify(objects.filter((o) => o.kind.includes("Role")));
   assert.doesNotMatch(rendered, /secrets|"\*"/);
