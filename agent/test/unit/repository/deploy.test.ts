@@ -22,7 +22,7 @@ import { isSeq, parseDocument, type Scalar } from "yaml";
 import { DaemonSet } from "kubernetes-models/apps/v1";
 import type { IDaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import type { IClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
-import { assertValidSchemas, type K8sObject, KUBECTL, overlayWith, renderKustomization, renderOverlay } from "../../deployManifests.ts";
+import { assertValidSchemas, componentNames, type K8sObject, KUBECTL, overlayWith, renderKustomization, renderOverlay } from "../../deployManifests.ts";
 import { repoPath } from "../../repoPath.ts";
 import { CURRENT_MONITORING, DEBIAN_MONITORING, skipUnlessCI } from "../../e2e/support/tools.ts";
 
@@ -43,11 +43,6 @@ const skipReason = existsSync(KUBECTL) ? null : `${KUBECTL} not found: cannot re
 /** The base plus these components, as `components:` of an overlay. */
 function renderWith(components: string[]): Promise<K8sObject[]> {
   return renderOverlay({ "kustomization.yaml": overlayWith(components) });
-}
-
-async function componentNames(): Promise<string[]> {
-  const entries = await readdir(`${ROOT}deploy/components`, { withFileTypes: true });
-  return entries.filter((d) => d.isDirectory()).map((d) => d.name).sort();
 }
 
 function validate(objects: K8sObject[], where: string): void {
@@ -210,7 +205,7 @@ void test("every added capability carries a comment saying why", async () => {
   });
 });
 
-void test("RBAC is read-only: get/list/watch on pods and endpointslices, nothing else", { skip: skipReason ?? false }, async () => {
+void test("RBAC is read-only: list/watch on pods and endpointslices, nothing else", { skip: skipReason ?? false }, async () => {
   const objects = await renderKustomization("deploy/base");
   const role = find<IClusterRole>(objects, "ClusterRole");
   const grants = (role.rules ?? []).flatMap((r) => {
@@ -218,7 +213,7 @@ void test("RBAC is read-only: get/list/watch on pods and endpointslices, nothing
     assert.equal(r.resourceNames, undefined);
     return (r.apiGroups ?? []).flatMap((g) => (r.resources ?? []).map((res) => `${g}/${res}:${[...r.verbs].sort().join(",")}`));
   });
-  assert.deepEqual(grants.sort(), ["/pods:get,list,watch", "discovery.k8s.io/endpointslices:get,list,watch"]);
+  assert.deepEqual(grants.sort(), ["/pods:list,watch", "discovery.k8s.io/endpointslices:list,watch"]);
   assert.ok(!objects.some((o) => o.kind === "Role" || o.kind === "RoleBinding"), "no namespaced grants either");
   const rendered = JSON.stringify(objects.filter((o) => o.kind.includes("Role")));
   assert.doesNotMatch(rendered, /secrets|"\*"/);
@@ -287,7 +282,7 @@ const COMPONENTS: Record<string, { added: string[]; changed: Record<string, stri
 
 void test("every component is a kustomize Component, listed here and documented in docs/install.md", async () => {
   const install = await readFile(`${ROOT}docs/install.md`, "utf8");
-  const names = await componentNames();
+  const names = componentNames();
   assert.deepEqual(names, Object.keys(COMPONENTS).sort());
   for (const name of names) {
     const kustomization = parseDocument(await readFile(`${ROOT}deploy/components/${name}/kustomization.yaml`, "utf8")).toJS() as { kind?: string };
@@ -305,7 +300,7 @@ void test("each component renders on the base, validates, and changes exactly wh
 });
 
 void test("all components together render and validate", { skip: skipReason ?? false }, async () => {
-  const objects = await renderWith(await componentNames());
+  const objects = await renderWith(componentNames());
   validate(objects, "base + every component");
   for (const o of objects) assert.equal(o.metadata.labels?.["app.kubernetes.io/part-of"], "lostwrite", `${objectKey(o)} is labelled part of lostwrite`);
   const ds = find<IDaemonSet>(objects, "DaemonSet");

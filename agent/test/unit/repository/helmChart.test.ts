@@ -11,7 +11,7 @@ import { execa } from "execa";
 import type { IDaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { helmBinary } from "../../../../testbed/helm/helm.ts";
 import { goUnavailable } from "../../../../testbed/goBuild.ts";
-import { assertValidSchemas, type K8sObject, objectKey, overlayWith, parseObjects, renderKustomization, renderOverlay } from "../../deployManifests.ts";
+import { assertValidSchemas, COMPONENT_VALUES, helmTemplate, type K8sObject, objectKey, overlayWith, parseObjects, renderKustomization, renderOverlay } from "../../deployManifests.ts";
 import { repoPath } from "../../repoPath.ts";
 import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
 
@@ -22,15 +22,6 @@ const skip = skipUnlessCI(kubectl, { path: go ? null : "go", reason: go ?? "" })
 // A first run builds helm from source: minutes (testbed/helm/helm.ts).
 const SLOW = { skip, timeout: 1_200_000 };
 
-/** The values that stand for each component of deploy/components (docs/install.md, "Helm"). */
-const COMPONENT_VALUES: Record<string, string[]> = {
-  "prometheus-operator": ["serviceMonitor.enabled=true", "prometheusRule.enabled=true"],
-  "network-policy": ["networkPolicy.enabled=true"],
-  "host-port": ["otlp.hostPort.enabled=true"],
-  selinux: ["seLinuxOptions.type=spc_t"],
-  apparmor: ["appArmorProfile.type=Unconfined"],
-  "priority-class": ["priorityClassName=system-node-critical"],
-};
 
 
 async function helm(args: string[]): Promise<string> {
@@ -40,8 +31,7 @@ async function helm(args: string[]): Promise<string> {
 
 /** `helm template` of the chart into namespace lostwrite, with these --set values. */
 async function renderChart(values: string[]): Promise<K8sObject[]> {
-  const set = values.flatMap((v) => ["--set", v]);
-  return parseObjects(await helm(["template", "lostwrite", CHART, "--namespace", "lostwrite", ...set]));
+  return parseObjects(await helmTemplate(await helmBinary(), values));
 }
 
 /** Both renderings hold the same objects, field for field. */
@@ -104,7 +94,7 @@ void test("the kube-prometheus-stack overlay is the Prometheus Operator objects 
 });
 
 void test("helm install's namespace: no Namespace object by default, every object in the release's namespace", SLOW, async () => {
-  const objects = parseObjects(await helm(["template", "lostwrite", CHART, "--namespace", "observability"]));
+  const objects = parseObjects(await helmTemplate(await helmBinary(), [], "observability"));
   assert.ok(!objects.some((o) => o.kind === "Namespace"), "helm install stores its release in the namespace: it must exist before");
   for (const o of objects) {
     if (!o.kind.startsWith("Cluster")) assert.equal(o.metadata.namespace, "observability", objectKey(o));
