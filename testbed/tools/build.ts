@@ -1,6 +1,6 @@
 // `npm run tools`: builds the tools the tests run that are not in their cache
 // yet, one after the other, and prints each one's version: Prometheus 3,
-// promtool, Alertmanager and amtool (testbed/tools/moduleTools.ts), helm v4
+// promtool, Alertmanager and amtool, Jaeger v2 (testbed/tools/moduleTools.ts), helm v4
 // (testbed/helm), and etcd with kube-apiserver (testbed/controlplane). `npm test` runs it first, so that a cold build (minutes:
 // see testbed/README.md) never counts against a test file's time limit; a
 // warm run costs nothing.

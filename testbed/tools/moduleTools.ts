@@ -1,5 +1,5 @@
-// The tools the tests run that Debian ships too old (Prometheus 3 and promtool,
-// a current Alertmanager and amtool), built from their release sources on the
+// The tools the tests run that Debian ships too old or not at all (Prometheus 3
+// and promtool, a current Alertmanager and amtool, Jaeger v2), built from their release sources on the
 // Go module proxy at pinned versions, once per machine, into a cache
 // directory: `npm run tools` (which `npm test` runs first) builds what is
 // missing, and the tests find the binaries there.
@@ -24,16 +24,40 @@ export interface ModuleTool {
   pkg: string;
   /** Prepares the copied sources before the build (a file the module's zip leaves out). */
   prepare?: (sourceDir: string) => void;
+  /** The Go variables `--version` prints and what to set them to (`-X name=value`): each project has its own. */
+  versionVariables: (tool: ModuleTool) => Record<string, string>;
 }
 
-/** github.com/prometheus/common's version variables, which `--version` prints. */
-function versionFlags(tool: ModuleTool): string {
+/** The `-ldflags` of a release build: no symbol table, and the tool's version variables set. */
+export function versionFlags(tool: ModuleTool): string {
+  const variables = Object.entries(tool.versionVariables(tool)).map(([name, value]) => ` -X ${name}=${value}`);
+  return `-ldflags=-s -w${variables.join("")}`;
+}
+
+/** github.com/prometheus/common's version variables, which Prometheus's and Alertmanager's `--version` print. */
+function prometheusCommonVersion(tool: ModuleTool): Record<string, string> {
   const v = "github.com/prometheus/common/version";
-  return `-ldflags=-s -w -X ${v}.Version=${tool.release} -X ${v}.Revision=${tool.module}@${tool.version} -X ${v}.Branch=release`;
+  return { [`${v}.Version`]: tool.release, [`${v}.Revision`]: `${tool.module}@${tool.version}`, [`${v}.Branch`]: "release" };
 }
 
-const PROMETHEUS = { module: "github.com/prometheus/prometheus", version: "v0.316.0", release: "3.16.0" } as const;
-const ALERTMANAGER = { module: "github.com/prometheus/alertmanager", version: "v0.35.0", release: "0.35.0" } as const;
+/**
+ * Jaeger's own (internal/version, as its Makefile's BUILD_INFO_V2 sets them):
+ * the v2 release tag, printed by `jaeger --version` and its `version` command.
+ */
+function jaegerVersion(tool: ModuleTool): Record<string, string> {
+  const v = "github.com/jaegertracing/jaeger/internal/version";
+  return { [`${v}.latestVersion`]: `v${tool.release}`, [`${v}.commitSHA`]: `${tool.module}@${tool.version}` };
+}
+
+const PROMETHEUS = { module: "github.com/prometheus/prometheus", version: "v0.316.0", release: "3.16.0", versionVariables: prometheusCommonVersion } as const;
+const ALERTMANAGER = { module: "github.com/prometheus/alertmanager", version: "v0.35.0", release: "0.35.0", versionVariables: prometheusCommonVersion } as const;
+/**
+ * Jaeger v2 (an OpenTelemetry Collector distribution: OTLP receivers, memory
+ * storage, the query API). Its Go module keeps v1 tags: v1.75.0 is the
+ * release tagged v2.12.0 beside it. The module's go.mod has a `replace`
+ * line, which the build honours because it runs inside the module's own copy.
+ */
+const JAEGER = { module: "github.com/jaegertracing/jaeger", version: "v1.75.0", release: "2.12.0", versionVariables: jaegerVersion } as const;
 
 /**
  * Alertmanager's web UI is built by npm into ui/app/dist, which its module zip
@@ -51,6 +75,7 @@ export const MODULE_TOOLS = {
   promtool: { name: "promtool", pkg: "cmd/promtool", ...PROMETHEUS },
   alertmanager: { name: "alertmanager", pkg: "cmd/alertmanager", prepare: alertmanagerUiPlaceholder, ...ALERTMANAGER },
   amtool: { name: "amtool", pkg: "cmd/amtool", prepare: alertmanagerUiPlaceholder, ...ALERTMANAGER },
+  jaeger: { name: "jaeger", pkg: "cmd/jaeger", ...JAEGER },
 } as const satisfies Record<string, ModuleTool>;
 
 export type ModuleToolName = keyof typeof MODULE_TOOLS;

@@ -248,7 +248,7 @@ describe("loss events joined with the operator's spans, on the real kernel", { s
   });
 
   it("forwarded the operators' batches unchanged and rejected nothing", async () => {
-    assert.deepEqual(stack.collector.rejected, []);
+    assert.deepEqual(stack.collector!.rejected, []);
     const services = new Set(stack.operatorSpans().map((s) => s.resource["service.name"]));
     assert.deepEqual([...services].sort(), [correct.serviceName, swallow.serviceName].sort());
     assert.equal(await stack.agent.metric("lostwrite_events_dropped_total", { stage: "otlp_forward" }), 0);

@@ -42,6 +42,21 @@ const queryAnswer = z.discriminatedUnion("status", [
   z.object({ status: z.literal("error"), errorType: z.string(), error: z.string() }),
 ]);
 
+const exemplarAnswer = z.discriminatedUnion("status", [
+  z.object({
+    status: z.literal("success"),
+    data: z.array(
+      z.object({
+        seriesLabels: z.record(z.string(), z.string()),
+        exemplars: z.array(z.object({ labels: z.record(z.string(), z.string()), value: z.string(), timestamp: z.number() })),
+      }),
+    ),
+  }),
+  z.object({ status: z.literal("error"), errorType: z.string(), error: z.string() }),
+]);
+/** What /api/v1/query_exemplars answers: per series, its exemplars (labels, value, time in seconds). */
+export type ExemplarSeries = Extract<z.infer<typeof exemplarAnswer>, { status: "success" }>["data"];
+
 export interface Sample {
   labels: Record<string, string>;
   value: number;
@@ -52,6 +67,8 @@ export interface RunningPrometheus {
   readonly url: string;
   /** Instant query; throws with Prometheus's error text when the query fails. */
   query(expr: string): Promise<Sample[]>;
+  /** /api/v1/query_exemplars over [start, end] (Unix seconds); throws with Prometheus's error text when it fails. */
+  queryExemplars(expr: string, start: number, end: number): Promise<ExemplarSeries>;
   /** Polls `query(expr)` until `accept` holds for its samples; throws after timeoutMs with the last answer. */
   waitFor(expr: string, accept: (samples: Sample[]) => boolean, timeoutMs?: number): Promise<Sample[]>;
   /** Prometheus's log so far (for assertion messages). */
@@ -103,9 +120,21 @@ export async function startPrometheus(options: PrometheusOptions): Promise<Runni
     return answer.data.result.map((s) => ({ labels: s.metric, value: Number(s.value[1]) }));
   };
 
+  const queryExemplars = async (expr: string, start: number, end: number): Promise<ExemplarSeries> => {
+    const response = await fetch(`${url}/api/v1/query_exemplars`, {
+      method: "POST",
+      body: new URLSearchParams({ query: expr, start: String(start), end: String(end) }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    const answer = exemplarAnswer.parse(await response.json());
+    if (answer.status === "error") throw new Error(`query_exemplars failed (${answer.errorType}): ${answer.error}\n  ${expr}`);
+    return answer.data;
+  };
+
   return {
     url,
     query,
+    queryExemplars,
     async waitFor(expr, accept, timeoutMs = 20_000) {
       const deadline = Date.now() + timeoutMs;
       let last: Sample[] = [];

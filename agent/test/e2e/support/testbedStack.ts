@@ -5,7 +5,9 @@
 // watching the operators' pids and the apiserver endpoint, and an OTLP
 // collector standing in for Tempo/Jaeger: it receives the operators' batches
 // through the agent's --otlp-forward and the agent's own `status write lost`
-// spans through the standard OTEL_EXPORTER_OTLP_* variables.
+// spans through the standard OTEL_EXPORTER_OTLP_* variables. With
+// `traceBackend` both go to a real trace backend instead (support/jaeger.ts),
+// and the collector is not started.
 //
 // Order matters: the operators start first (they only list and watch, no
 // Widget exists yet, so no status write happens), then the agent with their
@@ -293,6 +295,14 @@ export interface OperatorOptions {
   throttleRetries?: number;
 }
 
+/** A real trace backend's OTLP/HTTP receiver (support/jaeger.ts's RunningJaeger is one). */
+export interface TraceBackend {
+  /** Base URL for the agent's OTEL_EXPORTER_OTLP_ENDPOINT. */
+  otlpEndpoint: string;
+  /** Full traces URL for the agent's --otlp-forward. */
+  otlpTracesUrl: string;
+}
+
 export interface StackOptions {
   /** One operator process each, OTEL_SERVICE_NAME `widget-operator-<mode>-<index>`. */
   operators: OperatorOptions[];
@@ -302,13 +312,20 @@ export interface StackOptions {
   nodeName?: string;
   /** More agent flags. */
   agentArgs?: string[];
+  /**
+   * Send the agent's `status write lost` spans and the operators' forwarded
+   * spans here instead of to the in-process collector (which is then not
+   * started: `collector` is null and operatorSpans()/lossSpans() throw).
+   */
+  traceBackend?: TraceBackend;
 }
 
 export interface TestbedStack {
   apiserver: Apiserver;
   agent: AgentProcess;
   operators: OperatorProcess[];
-  collector: OtlpCollector;
+  /** The in-process collector; null when the spans go to a `traceBackend`. */
+  collector: OtlpCollector | null;
   /** "127.0.0.1:PORT", as the agent's events name the apiserver. */
   apiserverAddress: string;
   /** Creates a Widget (generation 1, no status): an operator reconciles it and writes status. */
@@ -338,8 +355,9 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
   try {
     const dir = await mkdtemp(path.join(os.tmpdir(), "lostwrite-stack-"));
     teardown.push(() => rm(dir, { recursive: true, force: true }));
-    const collector = await startOtlpCollector();
-    teardown.push(() => collector.close());
+    const collector = opts.traceBackend ? null : await startOtlpCollector();
+    if (collector) teardown.push(() => collector.close());
+    const exportTo = opts.traceBackend ?? { otlpEndpoint: collector!.url, otlpTracesUrl: collector!.forwardUrl };
     const apiserver = await startApiserver({ dir });
     teardown.push(() => apiserver.close());
 
@@ -364,12 +382,12 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
         "--apiserver", `127.0.0.1:${apiserver.port}`,
         "--correlation-window", opts.correlationWindow ?? "3s",
         "--otlp-listen", `127.0.0.1:${otlpPort}`,
-        "--otlp-forward", collector.forwardUrl,
+        "--otlp-forward", exportTo.otlpTracesUrl,
         "--node-name", opts.nodeName ?? "e2e-node",
         ...(opts.agentArgs ?? []),
       ],
       {
-        OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
+        OTEL_EXPORTER_OTLP_ENDPOINT: exportTo.otlpEndpoint,
         OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
         OTEL_BSP_SCHEDULE_DELAY: "100",
         OTEL_SERVICE_NAME: "lostwrite",
@@ -377,6 +395,10 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
     );
     teardown.push(() => agent.stop());
 
+    const collected = (): CollectedSpan[] => {
+      if (!collector) throw new Error("the spans went to the trace backend, not to the collector: query the backend");
+      return collector.spans;
+    };
     const resource = WIDGETS;
     const widget = (namespace: string, name: string) => apiserver.store.get(resource, namespace, name);
     return {
@@ -404,8 +426,8 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
         });
       },
       statusOf: (namespace, name) => widget(namespace, name)?.status as { observedGeneration?: number; phase?: string } | undefined,
-      operatorSpans: () => collector.spans.filter((s) => s.via === "forward"),
-      lossSpans: () => collector.spans.filter((s) => s.via === "export" && s.name === "status write lost"),
+      operatorSpans: () => collected().filter((s) => s.via === "forward"),
+      lossSpans: () => collected().filter((s) => s.via === "export" && s.name === "status write lost"),
       close,
     };
   } catch (error) {
