@@ -3,7 +3,6 @@
 // pipeline.ts lists them in start order.
 import type http from "node:http";
 import type { Config } from "./config.ts";
-import { CORRELATOR_TICK_MS, type Correlator } from "./correlate/correlator.ts";
 import type { MonotonicClock } from "./correlate/monotonicClock.ts";
 import type { HostPort } from "./hostPort.ts";
 import type { LossEvent } from "./model.ts";
@@ -278,26 +277,6 @@ export async function kubernetesTargets(config: Config, metrics: AgentMetrics, l
     metrics,
     log,
   });
-}
-
-/**
- * Correlation windows close on a tick; at stop, every pending loss is emitted.
- * The tick bounds how late a loss that waited out its window reaches /events
- * (measured with a 250 ms tick: window + 77 ms median, + 266 ms at worst);
- * an idle tick costs next to nothing.
- */
-export function correlatorStage(correlator: Correlator, tickMs = CORRELATOR_TICK_MS): Stage {
-  let stopTicking = (): void => {};
-  return {
-    name: "correlator",
-    start: () => {
-      stopTicking = correlator.startTicking(tickMs);
-    },
-    stop: () => {
-      stopTicking();
-      correlator.flush();
-    },
-  };
 }
 
 /** Kernel time → wall time drifts (NTP slews the wall clock): re-measured every minute, and recorded. */

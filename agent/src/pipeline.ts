@@ -10,7 +10,6 @@
 import { execa } from "execa";
 import {
   clockStage,
-  correlatorStage,
   FeedStage,
   HttpStage,
   kubernetesStage,
@@ -24,10 +23,12 @@ import { BoundedQueue } from "./boundedQueue.ts";
 import type { Config } from "./config.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { parseHostPort, type HostPort } from "./hostPort.ts";
-import { buildLossStages, followGoRequests } from "./lossStages.ts";
+import { GraphClock } from "./lossGraph/graphClock.ts";
+import { liveClockStage } from "./lossGraph/liveClock.ts";
+import { LossGraph } from "./lossGraph/lossGraph.ts";
 import type { LossEvent } from "./model.ts";
 import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
-import { startStages, stage, type LossSink, type Stage } from "./stage.ts";
+import { LossSinks, startStages, stage, type LossSink, type Stage } from "./stage.ts";
 import { createEventLog, type Logger } from "./sinks/log.ts";
 import { AgentMetrics } from "./sinks/metrics.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
@@ -126,42 +127,25 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const endpoints = new EndpointSync(config.apiserver.map(parseEndpoint), log);
   const isApiserver = (host: string, port: number): boolean => endpoints.has(host, port);
 
-  // --- judge and correlate (shared with replay) --------------------------------
-  // Go targets' requests are followed one by one; their socket-path losses
-  // pass through that path first, so one lost request is one event. With the
-  // sockets variant the kernel then leaves their successful sends alone
-  // (probes/apiserver_sockets.bt, REQUEST-LEVEL TARGETS): their writes are
-  // counted per request, and their clean closes with requests unanswered are
-  // told by this path.
-  const requestLevelSends = variant === "sockets";
-  const judged = buildLossStages({
+  // --- the loss graph (shared with replay) -------------------------------------
+  const graph = new LossGraph({
     config,
     metrics,
     clock,
+    time: new GraphClock(process.hrtime.bigint()),
     identity: (pid) => targets.identity(pid),
     isApiserver,
-    emit: (event) => {
-      for (const sink of sinks) sink.publish(event);
-    },
-    claimSocketEvent: config["go-probes"] ? (event, identity) => goRequests.offerSocketEvent(event, identity) : undefined,
-    onDrop: (stage, reason) => metrics.eventsDropped.inc({ stage, reason }),
-  });
-  const goRequests = followGoRequests(judged, {
-    isApiserver,
-    requestLevelSends,
-    onAttached: (pid, attached, atNs) => {
-      recorder?.goAttached(pid, attached, attached ? atNs : undefined);
-      if (requestLevelSends) void probe.setRequestLevel(pid, attached);
-    },
-    onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
+    goRequests: config["go-probes"],
+    requestLevelSends: variant === "sockets",
+    sink: new LossSinks(sinks),
   });
   // bpftrace output is read as fast as it comes; the queues absorb bursts.
-  const probeRecords = new BoundedQueue<ProbeRecord | TlsAttachment>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
+  const probeRecords = new BoundedQueue<ProbeRecord | TlsAttachment>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: (record) => graph.addRecord(record) });
   const spans = new BoundedQueue<IndexedSpan[]>({
     name: "spansToCorrelator",
     capacity: 1024,
     metrics,
-    consume: (batch) => judged.correlator.addSpans(batch),
+    consume: (batch) => graph.addSpans(batch),
   });
   // A span's process is the one holding its connection; in Kubernetes mode its pod is also its address's (sources/spans/senderTrust.ts).
   const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch), () => kube?.senders() ?? null, targets, log);
@@ -176,13 +160,13 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     // With rules that can match a program started later, every exec is traced at once.
     state: () => ({
       targets: targets.pids(),
-      requestLevel: requestLevelSends ? goRequests.attachedPids() : [],
+      requestLevel: graph.requestLevelPids(),
       endpoints: endpoints.current(),
       execWatch: newProgramsCanMatch(config),
       unansweredMinBytes: config["unanswered-min-bytes"],
     }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
-    onInstance: () => judged.counters.reset(),
+    onInstance: () => graph.newProbeInstance(),
   });
 
   // What the per-file uprobe programs (Go requests, TLS answers) need of the
@@ -203,7 +187,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const goProbes = config["go-probes"]
     ? new GoProbes({
         ...uprobeContext,
-        requests: goRequests,
+        lines: graph,
         ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}),
       })
     : null;
@@ -219,7 +203,6 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const tlsProbes = config["tls-probes"] && tlsTracepoint
     ? new TlsProbes({
         ...uprobeContext,
-        answers: judged.tlsAnswers,
         onVerdict: (record) => probeRecords.push(record),
         // In the records' queue, in the order recorded: applied between the same records live and in replay.
         onAttached: (pid, attached, atNs) => {
@@ -248,8 +231,10 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     probeRecords.push(record); // a drop here is counted by the queue; the line is still recorded
     return true;
   });
-  new TargetSync({ targets, kernel: probe, admission, syscallCounterKeys: (pid) => judged.counters.syscallKeysOf(pid), forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
+  new TargetSync({ targets, kernel: probe, admission, syscallCounterKeys: (pid) => graph.syscallCounterKeys(pid), forgetBaselines: (pid) => graph.forgetCounters(pid), metrics, log });
   endpoints.onChange((key, present) => probe.setEndpoint(key, present));
+  graph.onRequestLevel((pid, on) => void probe.setRequestLevel(pid, on));
+  if (recorder) graph.onGoAttached((pid, attached, atNs) => recorder.goAttached(pid, attached, attached ? atNs : undefined));
   if (goProbes) targets.onChange((changes) => goProbes.onTargets(changes));
   if (tlsProbes) targets.onChange((changes) => tlsProbes.onTargets(changes));
   http.readyWhen(() =>
@@ -267,7 +252,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     http,
     feed,
     traces,
-    correlatorStage(judged.correlator),
+    liveClockStage(graph, { goQueueGauge: config["go-probes"], metrics }),
     otlp,
     ...(kube ? [kubernetesStage(kube, targets, endpoints, log)] : []),
     ...(goProbes || tlsProbes ? [stage("follow channel", () => follow.open(), () => follow.close())] : []),
