@@ -2,7 +2,7 @@
 // (probeToCorrelator). It never grows past its capacity: a push beyond it is
 // dropped and counted, and the writer learns it (OTLP answers 429). Items are
 // consumed in order, in batches, off the writer's call stack.
-import type { AgentMetrics } from "./sinks/metrics.ts";
+import type { AgentMetrics } from "./telemetry/metrics.ts";
 import type { DropStage } from "./vocabulary/drops.ts";
 
 export interface BoundedQueueOptions<T> {

@@ -13,7 +13,7 @@ import { GraphClock } from "./lossGraph/graphClock.ts";
 import { LossGraph } from "./lossGraph/lossGraph.ts";
 import { isGoRecord } from "./sources/goHttp2/goRequests.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
-import { AgentMetrics } from "./sinks/metrics.ts";
+import { AgentMetrics } from "./telemetry/metrics.ts";
 import { parseProbeLine } from "./sources/probe/probeOutput.ts";
 import { openRecordReader } from "./sources/record/reader.ts";
 import { decodeTraceBody, judgeRecordedSpans } from "./sources/spans/spanIntake.ts";

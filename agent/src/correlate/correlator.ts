@@ -29,7 +29,7 @@
 // events in the same order.
 import type { KernelRequest, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
 import { isStatusWrite, stripQuery } from "../sources/spans/spanAttributes.ts";
-import type { AgentMetrics } from "../sinks/metrics.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
 import { type ProcessQuery, sentBy, type SpanIndex, spanKey, spanOfProcess } from "../sources/spans/spanIndex.ts";
 import type { MonotonicClock } from "./monotonicClock.ts";

@@ -7,7 +7,7 @@
 // with a 250 ms tick: window + 77 ms median, + 266 ms at worst).
 import { startAdaptiveTicker, type AdaptiveTicker } from "../adaptiveTicker.ts";
 import type { Stage } from "../stage.ts";
-import type { AgentMetrics } from "../sinks/metrics.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { TICK_MS } from "./graphClock.ts";
 import type { LossGraph } from "./lossGraph.ts";
 

@@ -27,7 +27,7 @@ import type { IsApiserver } from "../correlate/spanVerdict.ts";
 import { formatHostPort } from "../hostPort.ts";
 import type { LossSink } from "../stage.ts";
 import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, workloadLabels } from "../sinks/lossMetrics.ts";
-import type { AgentMetrics } from "../sinks/metrics.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { GoRequests, type GoRecord } from "../sources/goHttp2/goRequests.ts";
 import { CounterDeltas } from "../sources/probe/counterDeltas.ts";
 import { parseEndpoint } from "../sources/probe/endpointKey.ts";

@@ -3,7 +3,7 @@
 import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, VERDICTS } from "../vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../vocabulary/syscalls.ts";
-import { closed, traceExemplar, type AgentMetrics } from "./metrics.ts";
+import { closed, traceExemplar, type AgentMetrics } from "../telemetry/metrics.ts";
 import { ERRNO_LABELS } from "../vocabulary/errno.ts";
 import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
 

@@ -9,7 +9,7 @@ import { MonotonicClock } from "../../../src/correlate/monotonicClock.ts";
 import { GraphClock } from "../../../src/lossGraph/graphClock.ts";
 import { LossGraph } from "../../../src/lossGraph/lossGraph.ts";
 import type { LossEvent } from "../../../src/model.ts";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { parseProbeLine } from "../../../src/sources/probe/probeOutput.ts";
 
 const PID = 3331;
