@@ -11,6 +11,8 @@ import type { LossEvent } from "./model.ts";
 import { formatHostPort } from "./hostPort.ts";
 import { GraphClock } from "./lossGraph/graphClock.ts";
 import { LossGraph } from "./lossGraph/lossGraph.ts";
+import { LossMetricsSink } from "./sinks/lossMetrics.ts";
+import { LossSinks } from "./stage.ts";
 import { isGoRecord } from "./sources/goHttp2/goRequests.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { AgentMetrics } from "./telemetry/metrics.ts";
@@ -84,21 +86,24 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   const apiservers = await recordedApiservers(file, recorded.apiserver);
   // What the graph counts, as the live agent's /metrics would show it.
   const metrics = new AgentMetrics({ now: () => time.wallMs() });
+  const processes = {
+    identity: (pid: number) => {
+      const comm = comms.get(pid);
+      if (comm === undefined) return undefined;
+      return { comm, nsPids: [pid], sinceMs: firstSeenMs.get(pid) ?? 0, identity: { pid, process: comm, namespace: "", pod: "", container: "", controller: "" } };
+    },
+  };
   const graph = new LossGraph({
     config,
     metrics,
     clock,
     time,
-    identity: (pid) => {
-      const comm = comms.get(pid);
-      if (comm === undefined) return undefined;
-      return { comm, nsPids: [pid], sinceMs: firstSeenMs.get(pid) ?? 0, identity: { pid, process: comm, namespace: "", pod: "", container: "", controller: "" } };
-    },
-    isApiserver: (host, port) => apiservers.has(formatHostPort(host, port)),
+    processes,
+    apiservers: { has: (host, port) => apiservers.has(formatHostPort(host, port)) },
     // Go requests as the live agent followed them: its programs' lines and when each attached.
     goRequests: true,
     requestLevelSends: false,
-    sink: { name: "replayed events", publish: (event) => events.push(event) },
+    sink: new LossSinks([new LossMetricsSink(metrics, processes), { name: "replayed events", publish: (event) => events.push(event) }]),
   });
 
   for await (const record of reader.records()) {

@@ -26,8 +26,8 @@ import type { MonotonicClock } from "../correlate/monotonicClock.ts";
 import type { IsApiserver } from "../correlate/spanVerdict.ts";
 import { formatHostPort } from "../hostPort.ts";
 import type { LossSink } from "../stage.ts";
-import { BoundedLabel, recordConnectionLoss, recordLoss, recordSocketEvent, workloadLabels } from "../sinks/lossMetrics.ts";
 import type { AgentMetrics } from "../telemetry/metrics.ts";
+import { recordConnectionLoss, recordSocketEvent, workloadLabels } from "../telemetry/workloadSeries.ts";
 import { GoRequests, type GoRecord } from "../sources/goHttp2/goRequests.ts";
 import { CounterDeltas } from "../sources/probe/counterDeltas.ts";
 import { parseEndpoint } from "../sources/probe/endpointKey.ts";
@@ -43,6 +43,16 @@ import type { GraphClock } from "./graphClock.ts";
 /** What is known of a target pid: identity for labels and events, NSpid for spans. */
 export type KnownProcess = { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string; sinceMs: number };
 
+/** The targets, as the graph asks them (the live agent's TargetWatcher). */
+export interface KnownProcesses {
+  identity(pid: number): KnownProcess | undefined;
+}
+
+/** The apiserver endpoints, as the graph asks them (the live agent's EndpointSync). */
+export interface Apiservers {
+  has(host: string, port: number): boolean;
+}
+
 export interface LossGraphOptions {
   config: Config;
   metrics: AgentMetrics;
@@ -50,9 +60,9 @@ export interface LossGraphOptions {
   clock: Pick<MonotonicClock, "toWallNs">;
   /** The graph's time, moved only by advance(). */
   time: GraphClock;
-  identity: (pid: number) => KnownProcess | undefined;
-  /** Whether an address is an apiserver endpoint: a span naming the Service matches a kernel event on a backend. Default: the configured ones (replay). */
-  isApiserver?: IsApiserver;
+  processes: KnownProcesses;
+  /** Which addresses are apiserver endpoints: a span naming the Service matches a kernel event on a backend. Default: the configured ones. */
+  apiservers?: Apiservers;
   /**
    * Socket-path losses pass through the Go request path first, so that a Go
    * target's lost request is one event: the live agent with Go probes, and
@@ -74,7 +84,7 @@ export interface LossGraphOptions {
 export class LossGraph {
   readonly #o: LossGraphOptions;
   readonly #counters = new CounterDeltas();
-  readonly #controllers = new BoundedLabel(256);
+  readonly #isApiserver: IsApiserver;
   readonly #correlator: Correlator;
   readonly #tlsAnswers: TlsAnswers;
   readonly #goRequests: GoRequests;
@@ -85,22 +95,20 @@ export class LossGraph {
     this.#o = opts;
     const { config, metrics, time } = opts;
     const now = (): number => time.wallMs();
+    const apiservers = opts.apiservers;
+    this.#isApiserver = apiservers ? (host, port) => apiservers.has(host, port) : configuredApiserver(config);
     const index = new SpanIndex({ capacity: 50_000, maxAgeMs: config["correlation-window"] + 60_000, metrics, now });
     this.#correlator = new Correlator({
       index,
       metrics,
       clock: opts.clock,
       node: config["node-name"],
-      nsPidsOf: (pid) => opts.identity(pid)?.nsPids ?? null,
-      targetSinceMs: (pid) => opts.identity(pid)?.sinceMs ?? null,
-      onLoss: (event, meta) => {
-        const identity = event.pid === null ? null : opts.identity(event.pid)?.identity;
-        recordLoss(metrics, event, this.#controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
-        opts.sink.publish(event, meta);
-      },
+      nsPidsOf: (pid) => opts.processes.identity(pid)?.nsPids ?? null,
+      targetSinceMs: (pid) => opts.processes.identity(pid)?.sinceMs ?? null,
+      onLoss: (event, meta) => opts.sink.publish(event, meta),
       windowMs: config["correlation-window"],
       senderGraceMs: config["span-grace"],
-      isApiserver: opts.isApiserver ?? configuredApiserver(config),
+      isApiserver: this.#isApiserver,
       // Socket-path losses wait for the Go lines of their time first (the Go requests' hold, 50 ms, and its drain).
       socketLagMs: opts.goRequests ? 250 : 0,
       now,
@@ -113,14 +121,14 @@ export class LossGraph {
     this.#goRequests = this.#followGoRequests();
   }
 
-  // --- inputs ----------------------------------------------------------------
+  // --- inputs (the two a queue feeds are arrow properties: handed over as they are) ---
 
   /** A socket probe record, a TLS program's verdict or attachment: in the order they came. */
-  addRecord(record: ProbeRecord | TlsAttachment): void {
+  readonly addRecord = (record: ProbeRecord | TlsAttachment): void => {
     if (record.type === "tls_attached") this.#tlsAnswers.setAttached(record.pid, record.attached, record.since);
     else if (record.type === "tls_close") this.#tlsAnswers.addVerdict(record);
     else if (!this.#tlsAnswers.offer(record)) this.#judge(record);
-  }
+  };
 
   /** A line of a Go program. */
   addGoRecord(record: GoRecord): void {
@@ -137,9 +145,9 @@ export class LossGraph {
     this.#goRequests.forget(pid, atNs);
   }
 
-  addSpans(spans: readonly IndexedSpan[]): void {
+  readonly addSpans = (spans: readonly IndexedSpan[]): void => {
     this.#correlator.addSpans(spans);
-  }
+  };
 
   /** A new socket probe instance started: its counters start at zero. */
   newProbeInstance(): void {
@@ -264,15 +272,15 @@ export class LossGraph {
     const { metrics, requestLevelSends } = this.#o;
     const correlator = this.#correlator;
     return new GoRequests({
-      isApiserver: this.#o.isApiserver ?? configuredApiserver(this.#o.config),
+      isApiserver: this.#isApiserver,
       // A loss a request-level probe saw: labelled with what is known of its process.
       onLoss: (event) => {
-        const identity = this.#identityOf(event.pid, event.tid, event.process || (this.#o.identity(event.pid)?.comm ?? "unknown"));
+        const identity = this.#identityOf(event.pid, event.tid, event.process || (this.#o.processes.identity(event.pid)?.comm ?? "unknown"));
         correlator.addSocketEvent({ ...event, process: identity.process }, identity);
       },
       // A write retried: counted once, and its refused span is no loss.
       onRetry: (event, code) => correlator.addKernelRetry(event, this.#identityOf(event.pid, event.tid, event.process || "unknown"), code),
-      onAnswered: (event) => correlator.addKernelSuccess(event, this.#identityOf(event.pid, event.tid, this.#o.identity(event.pid)?.comm ?? "unknown")),
+      onAnswered: (event) => correlator.addKernelSuccess(event, this.#identityOf(event.pid, event.tid, this.#o.processes.identity(event.pid)?.comm ?? "unknown")),
       onAttached: (pid, attached, atNs) => {
         if (attached) correlator.noteRequestLevel(pid, this.#processIdentity(pid));
         for (const listener of this.#goAttachedListeners) listener(pid, attached, atNs);
@@ -292,13 +300,13 @@ export class LossGraph {
   }
 
   #identityOf(pid: number, tid: number, comm: string): ProcessIdentity {
-    const known = this.#o.identity(pid)?.identity;
+    const known = this.#o.processes.identity(pid)?.identity;
     return known ? { ...known, tid } : { pid, tid, process: comm, namespace: "", pod: "", container: "", controller: "" };
   }
 
   /** A process as a whole (its main thread), by what is known of it. */
   #processIdentity(pid: number): ProcessIdentity {
-    return this.#identityOf(pid, pid, this.#o.identity(pid)?.comm ?? "unknown");
+    return this.#identityOf(pid, pid, this.#o.processes.identity(pid)?.comm ?? "unknown");
   }
 }
 

@@ -8,7 +8,7 @@
 import { BoundedMap } from "../../boundedMap.ts";
 import type { Logger } from "../../telemetry/log.ts";
 import type { SyscallCounterKey } from "../probe/controlChannel.ts";
-import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../sinks/lossMetrics.ts";
+import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../telemetry/workloadSeries.ts";
 import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { ExecAdmission } from "./execAdmission.ts";
 import type { TargetChanges, TargetWatcher } from "./targetWatcher.ts";

@@ -23,7 +23,7 @@ function graph() {
     metrics,
     clock: MonotonicClock.fixed(0n),
     time: new GraphClock(0n, () => 1_000_000),
-    identity: (pid) => ({ comm: "python3", nsPids: [pid], sinceMs: 0, identity: { pid, process: "python3", namespace: "", pod: "", container: "", controller: "" } }),
+    processes: { identity: (pid) => ({ comm: "python3", nsPids: [pid], sinceMs: 0, identity: { pid, process: "python3", namespace: "", pod: "", container: "", controller: "" } }) },
     goRequests: false,
     requestLevelSends: false,
     sink: { name: "test", publish: (event) => events.push(event) },

@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { LossEvent } from "../../../src/model.ts";
-import { BoundedLabel, recordLoss, recordSocketEvent, removePodSeries } from "../../../src/sinks/lossMetrics.ts";
+import { BoundedLabel, recordLoss } from "../../../src/sinks/lossMetrics.ts";
+import { recordSocketEvent, removePodSeries } from "../../../src/telemetry/workloadSeries.ts";
 import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 
 const event = (over: Partial<LossEvent>): LossEvent => ({
