@@ -1,6 +1,8 @@
 // The live agent's parts as stages (see stage.ts): each knows how to start
 // and stop one thing, and nothing about the others beyond what it is given.
-// pipeline.ts lists them in start order.
+// pipeline.ts lists them in start order. Also the few builders it calls for
+// a part that takes more than a line to make (probe variant, targets, event
+// log, readiness), so that it reads as its diagram.
 import type http from "node:http";
 import { execa } from "execa";
 import type { Config } from "./config.ts";

@@ -19,7 +19,7 @@ export interface LiveClockOptions {
 }
 
 /** Started, the graph's clock runs; stopped, everything still waiting in the graph is let out. */
-export function liveClockStage(graph: LossGraph, opts: LiveClockOptions): Stage {
+export function liveClockStage(graph: Pick<LossGraph, "advance" | "busy" | "onWaiting" | "flush" | "goLinesWaiting">, opts: LiveClockOptions): Stage {
   const nowNs = opts.nowNs ?? (() => process.hrtime.bigint());
   let ticker: AdaptiveTicker | null = null;
   return {
