@@ -10,8 +10,12 @@ import { z } from "zod";
 import type { LossEvent } from "../../src/model.ts";
 import { waitFor } from "./support/agentProcess.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
-import { prometheusTool, startPrometheus, type RunningPrometheus } from "./support/prometheus.ts";
+import { startPrometheus, type RunningPrometheus } from "./support/prometheus.ts";
 import { startTestbedStack, type OperatorProcess, type TestbedStack } from "./support/testbedStack.ts";
+import { CURRENT_MONITORING } from "./support/tools.ts";
+
+/** The current Prometheus: what a user clicking a trace link runs. */
+const prometheusTool = CURRENT_MONITORING.prometheus;
 
 /** The skip reason, or false under CI=true (then `before` fails on what is missing). */
 function skipReason(): string | false {

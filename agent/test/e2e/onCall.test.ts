@@ -21,17 +21,24 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
 import { waitFor } from "./support/agentProcess.ts";
-import { alertmanagerTool, startAlertmanager, startWebhookReceiver, type RunningAlertmanager, type WebhookReceiver } from "./support/alertmanager.ts";
+import { startAlertmanager, startWebhookReceiver, type RunningAlertmanager, type WebhookReceiver } from "./support/alertmanager.ts";
 import { dashboardQueries } from "./support/dashboardQueries.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
-import { prometheusTool, startPrometheus, type RunningPrometheus } from "./support/prometheus.ts";
+import { startPrometheus, type RunningPrometheus } from "./support/prometheus.ts";
 import { HttpsClient } from "./support/httpsClient.ts";
 import { startTestbedStack, type OperatorProcess, type TestbedStack } from "./support/testbedStack.ts";
-import { locateTool } from "./support/tools.ts";
+import { MONITORING_GENERATIONS, type MonitoringGeneration } from "./support/tools.ts";
 
-const promtoolTool = locateTool("promtool", "apt-get install prometheus");
+// Every generation users run watches the same agent side by side: one scenario, each stack asked the same questions.
+const tools = MONITORING_GENERATIONS.flatMap((g) => [g.prometheus, g.alertmanager, g.promtool]);
 
-const tools = [prometheusTool, alertmanagerTool, promtoolTool];
+/** One generation's Prometheus, Alertmanager and the webhook its alerts reach. */
+interface Monitoring {
+  generation: MonitoringGeneration;
+  webhook: WebhookReceiver;
+  alertmanager: RunningAlertmanager;
+  prometheus: RunningPrometheus;
+}
 
 /** The skip reason, or false under CI=true (then `before` fails on what is missing). */
 function skipReason(): string | false {
@@ -71,9 +78,9 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   let stack: TestbedStack;
   let swallow: OperatorProcess;
   let correct: OperatorProcess;
-  let webhook: WebhookReceiver;
-  let alertmanager: RunningAlertmanager;
-  let prometheus: RunningPrometheus;
+  const monitors: Monitoring[] = [];
+  /** What `before` started, to stop in reverse order. */
+  const stops: (() => Promise<void>)[] = [];
   let feedSocket: WebSocket;
   let warmups = 0;
   let dir: string;
@@ -83,8 +90,6 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   before(async () => {
     assertKernelRequirements();
     for (const tool of tools) if (tool.path === null) throw new Error(tool.reason);
-    webhook = await startWebhookReceiver();
-    alertmanager = await startAlertmanager({ webhookUrl: webhook.url });
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-oncall-"));
     stack = await startTestbedStack({
       agentArgs: ["--target-comm", "^lwc-retrans$"],
@@ -96,11 +101,20 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
       correlationWindow: "2s",
     });
     [swallow, correct] = stack.operators as [OperatorProcess, OperatorProcess];
-    prometheus = await startPrometheus({
-      target: stack.agent.url.replace(/^http:\/\//, ""),
-      targetLabels: { node: "e2e-node" },
-      alertmanager: alertmanager.address,
-    });
+    for (const generation of MONITORING_GENERATIONS) {
+      const webhook = await startWebhookReceiver();
+      stops.push(() => webhook.close());
+      const alertmanager = await startAlertmanager({ webhookUrl: webhook.url, tool: generation.alertmanager });
+      stops.push(() => alertmanager.stop());
+      const prometheus = await startPrometheus({
+        target: stack.agent.url.replace(/^http:\/\//, ""),
+        targetLabels: { node: "e2e-node" },
+        alertmanager: alertmanager.address,
+        tool: generation.prometheus,
+      });
+      stops.push(() => prometheus.stop());
+      monitors.push({ generation, webhook, alertmanager, prometheus });
+    }
     // A live-feed client, as `lostwrite tail` would be.
     feedSocket = new WebSocket(`${stack.agent.url.replace(/^http/, "ws")}/events`);
     await new Promise<void>((resolve, reject) => {
@@ -111,10 +125,8 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
 
   after(async () => {
     feedSocket?.close();
-    await prometheus?.stop();
+    for (const stop of stops.reverse()) await stop();
     await stack?.close();
-    await alertmanager?.stop();
-    await webhook?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -137,7 +149,7 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   it("the scenario produces silent and noticed losses, connect failures and retransmits", async () => {
     // A baseline scrape first: a counter series is born at its first value,
     // which rate() cannot see, so every series needs a later increment too.
-    await prometheus.waitFor('lostwrite_probe_up{node="e2e-node"}', (s) => s.length > 0, 10_000);
+    await everyPrometheus((p) => p.waitFor('lostwrite_probe_up{node="e2e-node"}', (s) => s.length > 0, 10_000));
     // Silent losses: the swallow-mode operator reports success.
     await warm(swallow);
     await lose(swallow, "silent-reset", { action: "reset" }, "connection_reset");
@@ -182,7 +194,7 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
       // Its series is born at 0 when it becomes a target; rate() sees the
       // retransmit only if Prometheus scraped that 0 first, and the client's
       // whole life can fit between two scrapes.
-      await prometheus.waitFor('lostwrite_apiserver_retransmits_total{process="lwc-retrans"}', (s) => s.length > 0, 10_000);
+      await everyPrometheus((p) => p.waitFor('lostwrite_apiserver_retransmits_total{process="lwc-retrans"}', (s) => s.length > 0, 10_000));
       await client.run("connect");
       const warmUp = await client.run("request GET /version 0");
       assert.equal(warmUp.status, 200);
@@ -200,21 +212,27 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
   });
 
   it("every dashboard panel query returns data from Prometheus", async () => {
-    // Enough scrapes after the scenario for rate() over the rate interval.
-    await prometheus.waitFor('count_over_time(lostwrite_probe_up{node="e2e-node"}[1m])', (s) => (s[0]?.value ?? 0) >= 10, 30_000);
-    const empty: string[] = [];
-    const zero: string[] = [];
-    for (const { panel, expr } of dashboardQueries({ rateInterval: "1m", range: "5m" })) {
-      const samples = await prometheus.query(expr); // throws on a query error, naming the expression
-      if (panel === RETRANSMITS_PANEL) continue; // its own test below
-      if (samples.length === 0) empty.push(panel);
-      else if (!ZERO_BY_DESIGN.has(panel) && !samples.some((s) => s.value > 0)) zero.push(`${panel}: ${JSON.stringify(samples)}`);
+    for (const { generation, prometheus } of monitors) {
+      // Enough scrapes after the scenario for rate() over the rate interval.
+      await prometheus.waitFor('count_over_time(lostwrite_probe_up{node="e2e-node"}[1m])', (s) => (s[0]?.value ?? 0) >= 10, 30_000);
+      const empty: string[] = [];
+      const zero: string[] = [];
+      for (const { panel, expr } of dashboardQueries({ rateInterval: "1m", range: "5m" })) {
+        const samples = await prometheus.query(expr); // throws on a query error, naming the expression
+        if (panel === RETRANSMITS_PANEL) continue; // its own test below
+        if (samples.length === 0) empty.push(panel);
+        else if (!ZERO_BY_DESIGN.has(panel) && !samples.some((s) => s.value > 0)) zero.push(`${panel}: ${JSON.stringify(samples)}`);
+      }
+      assert.deepEqual(empty, [], `panels whose query returned no series (${generation.name})`);
+      assert.deepEqual(zero, [], `panels the scenario feeds that show only zeros (${generation.name})`);
     }
-    assert.deepEqual(empty, [], "panels whose query returned no series");
-    assert.deepEqual(zero, [], "panels the scenario feeds that show only zeros");
   });
 
   it("the silent-loss alert fires and reaches Alertmanager's webhook with the labels on-call needs", async () => {
+    for (const m of monitors) await silentLossAlertReached(m);
+  });
+
+  async function silentLossAlertReached({ generation, webhook }: Monitoring): Promise<void> {
     const alert = await webhook.waitFor(
       (a) => a.status === "firing" && a.labels.alertname === "LostwriteSilentStatusWriteLoss" && a.labels.cause === "connection_reset",
       30_000,
@@ -241,9 +259,9 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
     const silentCauses = webhook.alerts
       .filter((a) => a.labels.alertname === "LostwriteSilentStatusWriteLoss")
       .map((a) => a.labels.cause);
-    assert.ok(!silentCauses.includes("connect_failed"), `connect failures were noticed: ${silentCauses.join(", ")}`);
-    assert.deepEqual(webhook.rejected, []);
-  });
+    assert.ok(!silentCauses.includes("connect_failed"), `connect failures were noticed: ${silentCauses.join(", ")} (${generation.name})`);
+    assert.deepEqual(webhook.rejected, [], generation.name);
+  }
 
   it("TCP retransmits on an apiserver connection reach /metrics and the retransmits panel", async () => {
     if ((await stack.agent.metric("lostwrite_apiserver_retransmits_total")) === 0) {
@@ -254,21 +272,30 @@ describe("on-call: dashboard, alert and metrics against real Prometheus and Aler
     }
     const query = dashboardQueries({ rateInterval: "1m", range: "5m" }).find((q) => q.panel === RETRANSMITS_PANEL);
     assert.ok(query, `the dashboard has the ${RETRANSMITS_PANEL} panel`);
-    const samples = await prometheus.waitFor(query.expr, (found) => found.some((s) => s.value > 0), 10_000);
-    assert.ok(samples.length > 0);
+    for (const { generation, prometheus } of monitors) {
+      const samples = await prometheus.waitFor(query.expr, (found) => found.some((s) => s.value > 0), 10_000);
+      assert.ok(samples.length > 0, generation.name);
+    }
   });
 
   it("promtool check metrics finds the agent's /metrics clean", async () => {
     const text = await (await fetch(`${stack.agent.url}/metrics`)).text();
-    const result = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-      const child = execFile(promtoolTool.path!, ["check", "metrics"], (error, stdout, stderr) => {
-        resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, output: stdout + stderr });
-      });
-      child.once("error", reject);
-      child.stdin!.end(text);
-    });
-    assert.equal(result.output.trim(), "", "promtool's complaints");
-    assert.equal(result.code, 0);
     assert.ok(text.includes("lostwrite_status_write_lost_total{"), "the checked text carries the loss series");
+    for (const { promtool, name } of MONITORING_GENERATIONS) {
+      const result = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+        const child = execFile(promtool.path!, ["check", "metrics"], (error, stdout, stderr) => {
+          resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, output: stdout + stderr });
+        });
+        child.once("error", reject);
+        child.stdin!.end(text);
+      });
+      assert.equal(result.output.trim(), "", `promtool's complaints (${name})`);
+      assert.equal(result.code, 0, name);
+    }
   });
+
+  /** Runs `check` on every generation's Prometheus at once. */
+  async function everyPrometheus(check: (prometheus: RunningPrometheus) => Promise<unknown>): Promise<void> {
+    await Promise.all(monitors.map((m) => check(m.prometheus)));
+  }
 });

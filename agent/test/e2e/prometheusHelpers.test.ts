@@ -1,5 +1,6 @@
-// Proves the Prometheus/Alertmanager helpers and the dashboard against the real
-// Debian binaries: Prometheus scrapes a small prom-client server that serves an
+// Proves the Prometheus/Alertmanager helpers and the dashboard against each
+// generation users run (the current releases, built by `npm run tools`, and
+// Debian 12's 2.x packages): Prometheus scrapes a small prom-client server that serves an
 // AgentMetrics registry, every dashboard query runs through its HTTP API
 // without error and returns data, and a silent loss set through AgentMetrics
 // fires LostwriteSilentStatusWriteLoss, which reaches a real Alertmanager and
@@ -8,10 +9,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { AgentMetrics } from "../../src/telemetry/metrics.ts";
-import { alertmanagerTool, startAlertmanager, startWebhookReceiver } from "./support/alertmanager.ts";
+import { startAlertmanager, startWebhookReceiver } from "./support/alertmanager.ts";
 import { dashboardQueries } from "./support/dashboardQueries.ts";
-import { prometheusTool, startPrometheus } from "./support/prometheus.ts";
-import { skipUnlessCI } from "./support/tools.ts";
+import { startPrometheus } from "./support/prometheus.ts";
+import { MONITORING_GENERATIONS, skipUnlessCI } from "./support/tools.ts";
 
 const workload = { namespace: "ops", pod: "widget-operator-1", container: "manager", process: "manager" };
 
@@ -42,9 +43,9 @@ function feed(metrics: AgentMetrics): void {
   metrics.detectionLatency.observe(0.3);
 }
 
-void test(
-  "Prometheus scrapes AgentMetrics, every dashboard query answers, and a silent loss reaches Alertmanager",
-  { skip: skipUnlessCI(prometheusTool, alertmanagerTool), timeout: 90_000 },
+for (const generation of MONITORING_GENERATIONS) void test(
+  `Prometheus scrapes AgentMetrics, every dashboard query answers, and a silent loss reaches Alertmanager (${generation.name})`,
+  { skip: skipUnlessCI(generation.prometheus, generation.alertmanager), timeout: 90_000 },
   async (t) => {
     const metrics = new AgentMetrics();
     feed(metrics);
@@ -68,12 +69,13 @@ void test(
 
     const webhook = await startWebhookReceiver();
     t.after(() => webhook.close());
-    const alertmanager = await startAlertmanager({ webhookUrl: webhook.url });
+    const alertmanager = await startAlertmanager({ webhookUrl: webhook.url, tool: generation.alertmanager });
     t.after(() => alertmanager.stop());
     const prometheus = await startPrometheus({
       target: `127.0.0.1:${address.port}`,
       targetLabels: { node: "e2e-node" },
       alertmanager: alertmanager.address,
+      tool: generation.prometheus,
     });
     t.after(() => prometheus.stop());
 

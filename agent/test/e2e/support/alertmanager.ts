@@ -1,4 +1,5 @@
-// A real Alertmanager (Debian's /usr/bin/prometheus-alertmanager) for e2e
+// A real Alertmanager (by default the current release `npm run tools` builds;
+// any generation of support/tools.ts) for e2e
 // tests, routing every alert to one webhook after 1 s, and a webhook receiver
 // that collects what Alertmanager delivers. Clustering is off and storage is in
 // a temp dir, so a system Alertmanager is left alone.
@@ -10,9 +11,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
 import { z } from "zod";
 import { freeLoopbackPort, startReadyServer } from "./managedProcess.ts";
-import { locateTool, type LocatedTool } from "./tools.ts";
-
-export const alertmanagerTool: LocatedTool = locateTool("prometheus-alertmanager", "apt-get install prometheus-alertmanager");
+import { CURRENT_MONITORING, type LocatedTool } from "./tools.ts";
 
 export interface RunningAlertmanager {
   /** Base URL, e.g. http://127.0.0.1:41235 */
@@ -24,8 +23,10 @@ export interface RunningAlertmanager {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-export async function startAlertmanager(options: { webhookUrl: string }): Promise<RunningAlertmanager> {
-  const binary = alertmanagerTool.path ?? (() => { throw new Error(alertmanagerTool.reason); })();
+/** `tool`: the binary, the current generation's by default. */
+export async function startAlertmanager(options: { webhookUrl: string; tool?: LocatedTool }): Promise<RunningAlertmanager> {
+  const tool = options.tool ?? CURRENT_MONITORING.alertmanager;
+  const binary = tool.path ?? (() => { throw new Error(tool.reason); })();
   const dir = mkdtempSync(join(tmpdir(), "lostwrite-alertmanager-"));
   const port = await freeLoopbackPort();
   const config = {

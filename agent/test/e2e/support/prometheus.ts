@@ -1,4 +1,5 @@
-// A real Prometheus (Debian's /usr/bin/prometheus) for e2e tests: scrapes one
+// A real Prometheus (by default the current release `npm run tools` builds;
+// any generation of support/tools.ts) for e2e tests: scrapes one
 // target every second, evaluates dashboards/alerts.yaml every second, sends
 // alerts to an Alertmanager, and answers PromQL over its HTTP API.
 // Its own ports and storage, in a temp dir: a system Prometheus on :9090 is
@@ -11,9 +12,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
 import { z } from "zod";
 import { freeLoopbackPort, startReadyServer } from "./managedProcess.ts";
-import { locateTool, type LocatedTool } from "./tools.ts";
-
-export const prometheusTool: LocatedTool = locateTool("prometheus", "apt-get install prometheus");
+import { CURRENT_MONITORING, type LocatedTool } from "./tools.ts";
 export const alertRulesPath = fileURLToPath(new URL("../../../../dashboards/alerts.yaml", import.meta.url));
 
 export interface PrometheusOptions {
@@ -26,6 +25,8 @@ export interface PrometheusOptions {
   ruleFiles?: string[];
   /** host:port of an Alertmanager to send alerts to. */
   alertmanager?: string;
+  /** The binary; the current generation's by default. */
+  tool?: LocatedTool;
 }
 
 const sample = z.object({ metric: z.record(z.string(), z.string()), value: z.tuple([z.number(), z.string()]) });
@@ -60,7 +61,8 @@ export interface RunningPrometheus {
 }
 
 export async function startPrometheus(options: PrometheusOptions): Promise<RunningPrometheus> {
-  const binary = prometheusTool.path ?? (() => { throw new Error(prometheusTool.reason); })();
+  const tool = options.tool ?? CURRENT_MONITORING.prometheus;
+  const binary = tool.path ?? (() => { throw new Error(tool.reason); })();
   const dir = mkdtempSync(join(tmpdir(), "lostwrite-prometheus-"));
   const port = await freeLoopbackPort();
   const config = {

@@ -1,7 +1,10 @@
-// External tools the tests run for real (promtool, prometheus, alertmanager,
-// from Debian's packages). A test that cannot find its tool says exactly why
-// and skips; under CI=true it fails instead, so CI never passes by skipping.
-import { accessSync, constants } from "node:fs";
+// External tools the tests run for real: Debian's packages (bpftrace,
+// python3, Prometheus 2.42 and Alertmanager 0.25) and the current Prometheus
+// and Alertmanager that `npm run tools` builds. A test that cannot find its
+// tool says exactly why and skips; under CI=true it fails instead, so CI never
+// passes by skipping.
+import { accessSync, constants, existsSync } from "node:fs";
+import { MODULE_TOOLS, toolPath, type ModuleToolName } from "../../../../testbed/tools/moduleTools.ts";
 
 export interface LocatedTool {
   /** Absolute path of the executable, or null when it is not installed. */
@@ -35,3 +38,42 @@ export function skipUnlessCI(...tools: LocatedTool[]): string | false {
   if (missing.length === 0 || process.env.CI === "true") return false;
   return missing.join("; ");
 }
+
+/** A tool `npm run tools` builds into its cache (testbed/tools/moduleTools.ts). */
+export function builtTool(name: ModuleToolName): LocatedTool {
+  const tool = MODULE_TOOLS[name];
+  const file = toolPath(tool);
+  if (existsSync(file)) return { path: file, reason: "" };
+  return { path: null, reason: `${tool.name} ${tool.release} not built at ${file} (npm run tools)` };
+}
+
+/** One generation of the monitoring stack a user runs the agent's dashboard and alerts on. */
+export interface MonitoringGeneration {
+  /** e.g. "Prometheus 3.16.0, Alertmanager 0.35.0", for test names and messages. */
+  name: string;
+  prometheus: LocatedTool;
+  promtool: LocatedTool;
+  alertmanager: LocatedTool;
+  amtool: LocatedTool;
+}
+
+/** Current releases, built from their sources by `npm run tools`. */
+export const CURRENT_MONITORING: MonitoringGeneration = {
+  name: `Prometheus ${MODULE_TOOLS.prometheus.release}, Alertmanager ${MODULE_TOOLS.alertmanager.release}`,
+  prometheus: builtTool("prometheus"),
+  promtool: builtTool("promtool"),
+  alertmanager: builtTool("alertmanager"),
+  amtool: builtTool("amtool"),
+};
+
+/** Debian 12's packages (Prometheus 2.42, Alertmanager 0.25): the 2.x generation, still run on long-lived clusters. */
+export const DEBIAN_MONITORING: MonitoringGeneration = {
+  name: "Prometheus 2.42 and Alertmanager 0.25 (Debian 12)",
+  prometheus: locateTool("prometheus", "apt-get install prometheus"),
+  promtool: locateTool("promtool", "apt-get install prometheus"),
+  alertmanager: locateTool("prometheus-alertmanager", "apt-get install prometheus-alertmanager"),
+  amtool: locateTool("amtool", "apt-get install prometheus-alertmanager"),
+};
+
+/** Both generations, current first: the dashboard's queries, the alert rules and the alert's way to a webhook are tested on each. */
+export const MONITORING_GENERATIONS: readonly MonitoringGeneration[] = [CURRENT_MONITORING, DEBIAN_MONITORING];

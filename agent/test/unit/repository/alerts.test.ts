@@ -15,7 +15,7 @@ import { execa } from "execa";
 import { parse, parseAllDocuments } from "yaml";
 import { z } from "zod";
 import { alertsPath, prometheusRulePath, renderPrometheusRule } from "../../../../scripts/gen-prometheusrule.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { CURRENT_MONITORING, locateTool, MONITORING_GENERATIONS, skipUnlessCI, type LocatedTool } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
 const ROOT = repoPath() + "/";
@@ -47,23 +47,23 @@ const alertsText = readFileSync(alertsPath, "utf8");
 const groups = z.object({ groups: ruleGroups }).parse(parse(alertsText)).groups;
 const alerts = groups.flatMap((g) => g.rules.map((r) => ({ ...r, group: g.name })));
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
-const needsPromtool = { skip: skipUnlessCI(promtool) };
-const promtoolPath = (): string => promtool.path ?? assert.fail(promtool.reason);
 const kubectl = locateTool("kubectl", "https://kubernetes.io/docs/tasks/tools/");
 
-async function runPromtool(args: string[]): Promise<void> {
-  const result = await execa(promtoolPath(), args, { reject: false, all: true });
+async function runPromtool(promtool: LocatedTool, args: string[]): Promise<void> {
+  const result = await execa(promtool.path ?? assert.fail(promtool.reason), args, { reject: false, all: true });
   assert.equal(result.exitCode, 0, `promtool ${args.join(" ")} failed:\n${result.all}`);
 }
 
-void test("promtool check rules accepts dashboards/alerts.yaml", needsPromtool, async () => {
-  await runPromtool(["check", "rules", alertsPath]);
-});
+// The rules and their unit tests hold on every Prometheus generation users run.
+for (const { name, promtool } of MONITORING_GENERATIONS) {
+  void test(`promtool check rules accepts dashboards/alerts.yaml (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
+    await runPromtool(promtool, ["check", "rules", alertsPath]);
+  });
 
-void test("promtool test rules passes dashboards/alerts.test.yaml", needsPromtool, async () => {
-  await runPromtool(["test", "rules", alertsTestPath]);
-});
+  void test(`promtool test rules passes dashboards/alerts.test.yaml (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
+    await runPromtool(promtool, ["test", "rules", alertsTestPath]);
+  });
+}
 
 void test("the alerts the on-call contract names all exist", () => {
   const names = alerts.map((a) => a.alert).sort();
@@ -217,18 +217,20 @@ const prometheusRule = z.object({
   spec: z.object({ groups: ruleGroups }),
 });
 
-void test("the generated PrometheusRule's groups are a rule file promtool accepts", needsPromtool, async () => {
-  const manifest = prometheusRule.parse(parse(readFileSync(prometheusRulePath, "utf8")));
-  const dir = mkdtempSync(join(tmpdir(), "lostwrite-rules-"));
-  try {
-    const file = join(dir, "rules.json");
-    // A rule file may be JSON: YAML is a superset of it.
-    writeFileSync(file, JSON.stringify({ groups: manifest.spec.groups }));
-    await runPromtool(["check", "rules", file]);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+for (const { name, promtool } of MONITORING_GENERATIONS) {
+  void test(`the generated PrometheusRule's groups are a rule file promtool accepts (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
+    const manifest = prometheusRule.parse(parse(readFileSync(prometheusRulePath, "utf8")));
+    const dir = mkdtempSync(join(tmpdir(), "lostwrite-rules-"));
+    try {
+      const file = join(dir, "rules.json");
+      // A rule file may be JSON: YAML is a superset of it.
+      writeFileSync(file, JSON.stringify({ groups: manifest.spec.groups }));
+      await runPromtool(promtool, ["check", "rules", file]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
 
 /** docs/install.md's section on the runbook base and the scrape job. */
 function installSection(): string {
@@ -281,13 +283,14 @@ void test("docs/install.md's kustomize overlay sets the runbook base and the scr
   }
 });
 
-void test("docs/install.md's sed for the plain rule file rewrites the same two values, and promtool accepts the result", needsPromtool, async () => {
+void test("docs/install.md's sed for the plain rule file rewrites the same two values, and promtool accepts the result", { skip: skipUnlessCI(CURRENT_MONITORING.promtool) }, async () => {
+  const promtool = CURRENT_MONITORING.promtool;
   const block = /```sh\n(sed [\s\S]*?)```/.exec(installSection())?.[1];
   assert.ok(block !== undefined, "the section has a sh block starting with sed");
   const dir = mkdtempSync(join(tmpdir(), "lostwrite-sed-"));
   try {
     const out = join(dir, "lostwrite.yaml");
-    const script = block.replaceAll("/etc/prometheus/rules/lostwrite.yaml", out).replace(/^promtool /m, `${promtoolPath()} `);
+    const script = block.replaceAll("/etc/prometheus/rules/lostwrite.yaml", out).replace(/^promtool /m, `${promtool.path ?? assert.fail(promtool.reason)} `);
     assert.notEqual(script, block, "the block writes /etc/prometheus/rules/lostwrite.yaml");
     const result = await execa("sh", ["-euc", script], { cwd: ROOT, reject: false, all: true });
     assert.equal(result.exitCode, 0, result.all);

@@ -11,7 +11,7 @@ import { execa } from "execa";
 import { z } from "zod";
 import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { allPanels, dashboardPath, dashboardQueries, loadDashboard } from "../../e2e/support/dashboardQueries.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
 const raw: unknown = JSON.parse(readFileSync(dashboardPath, "utf8"));
@@ -109,6 +109,14 @@ void test("loss panels request exemplars and link to the trace in Tempo and Jaeg
   }
 });
 
+void test("every alert a panel names is a rule in dashboards/alerts.yaml", () => {
+  const rules = new Set([...alertsYaml.matchAll(/^\s*- alert: (\w+)$/gm)].map((m) => m[1]));
+  assert.ok(rules.size > 0);
+  const named = [...JSON.stringify(raw).matchAll(/\bLostwrite[A-Z]\w+/g)].map(([name]) => name);
+  assert.ok(named.length > 0);
+  for (const name of named) assert.ok(rules.has(name), `the dashboard names alert ${name}, which dashboards/alerts.yaml does not have`);
+});
+
 /** lostwrite_… names in a PromQL text, with histogram series suffixes folded to the metric. */
 function metricNames(promql: string, histograms: Set<string>): string[] {
   return [...promql.matchAll(/\blostwrite_\w+/g)].map(([name]) => {
@@ -144,9 +152,8 @@ void test("the dashboard shows every metric the agent exports", async () => {
   for (const { name } of exported) assert.ok(shown.has(name), `no panel shows ${name}`);
 });
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
-
-void test("every panel query and variable selector is PromQL that promtool parses", { skip: skipUnlessCI(promtool) }, async () => {
+// Every Prometheus generation users run parses them.
+for (const { name, promtool } of MONITORING_GENERATIONS) void test(`every panel query and variable selector is PromQL that promtool parses (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
   const queries = dashboardQueries();
   // label_values(<selector>, <label>): the selector is PromQL too.
   const selectors = dashboard.templating.list.flatMap((v) => {

@@ -14,37 +14,19 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execa } from "execa";
-import { isSeq, parseAllDocuments, parseDocument, type Scalar } from "yaml";
-import { Namespace, ResourceQuota, Service, ServiceAccount } from "kubernetes-models/v1";
-import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
-import { ClusterRole, ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1";
+import { isSeq, parseDocument, type Scalar } from "yaml";
 import { DaemonSet } from "kubernetes-models/apps/v1";
-import { PrometheusRule, ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
 import type { IDaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import type { IClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
+import { assertValidSchemas, type K8sObject, KUBECTL, overlayWith, renderKustomization, renderOverlay } from "../../deployManifests.ts";
 import { repoPath } from "../../repoPath.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { CURRENT_MONITORING, DEBIAN_MONITORING, skipUnlessCI } from "../../e2e/support/tools.ts";
 
 const ROOT = repoPath() + "/";
-const KUBECTL = "/usr/bin/kubectl";
-
-// apiVersion/kind → the model that carries its schema.
-const MODELS: Record<string, new (data: never) => { validate(): void }> = {
-  "v1/Namespace": Namespace,
-  "v1/ServiceAccount": ServiceAccount,
-  "v1/Service": Service,
-  "v1/ResourceQuota": ResourceQuota,
-  "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy,
-  "rbac.authorization.k8s.io/v1/ClusterRole": ClusterRole,
-  "rbac.authorization.k8s.io/v1/ClusterRoleBinding": ClusterRoleBinding,
-  "apps/v1/DaemonSet": DaemonSet,
-  "monitoring.coreos.com/v1/ServiceMonitor": ServiceMonitor,
-  "monitoring.coreos.com/v1/PrometheusRule": PrometheusRule,
-};
 
 // Each is shown needed on the kernel by agent/test/e2e/deployedPrivileges.test.ts
 // (the shape without it fails); that test's tables say why.
@@ -56,40 +38,11 @@ const HOST_PATHS = ["/proc", "/sys/kernel/tracing"];
 // bpftrace creates the Go probe's uprobes by writing tracefs' uprobe_events.
 const WRITABLE_HOST_PATHS = ["/sys/kernel/tracing"];
 
-interface K8sObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
-}
-
 const skipReason = existsSync(KUBECTL) ? null : `${KUBECTL} not found: cannot render the kustomization`;
-
-async function render(dir: string): Promise<K8sObject[]> {
-  const { stdout } = await execa(KUBECTL, ["kustomize", dir], { cwd: ROOT });
-  return parseAllDocuments(stdout).map((d) => d.toJS() as K8sObject);
-}
-
-/**
- * Renders an overlay as a user writes one, at deploy/overlays/<name> of a
- * copy of the tree whose base and components are the real ones.
- */
-async function renderOverlay(files: Record<string, string>): Promise<K8sObject[]> {
-  const dir = await mkdtemp(join(tmpdir(), "lostwrite-overlay-"));
-  try {
-    await mkdir(join(dir, "deploy/overlays/mine"), { recursive: true });
-    await symlink(`${ROOT}deploy/base`, join(dir, "deploy/base"));
-    await symlink(`${ROOT}deploy/components`, join(dir, "deploy/components"));
-    for (const [name, text] of Object.entries(files)) await writeFile(join(dir, "deploy/overlays/mine", name), text);
-    return await render(join(dir, "deploy/overlays/mine"));
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
 
 /** The base plus these components, as `components:` of an overlay. */
 function renderWith(components: string[]): Promise<K8sObject[]> {
-  const list = components.map((c) => `  - ../../components/${c}\n`).join("");
-  return renderOverlay({ "kustomization.yaml": `resources:\n  - ../../base\ncomponents:\n${list}` });
+  return renderOverlay({ "kustomization.yaml": overlayWith(components) });
 }
 
 async function componentNames(): Promise<string[]> {
@@ -98,10 +51,8 @@ async function componentNames(): Promise<string[]> {
 }
 
 function validate(objects: K8sObject[], where: string): void {
+  assertValidSchemas(objects, where);
   for (const o of objects) {
-    const Model = MODELS[`${o.apiVersion}/${o.kind}`];
-    assert.ok(Model, `${where}: no schema for ${o.apiVersion} ${o.kind}`);
-    assert.doesNotThrow(() => new Model(o as never).validate(), `${where}: ${o.kind}/${o.metadata.name}`);
     if (o.kind !== "Namespace" && !o.kind.startsWith("Cluster")) {
       assert.equal(o.metadata.namespace, "lostwrite", `${where}: ${o.kind}/${o.metadata.name} namespace`);
     }
@@ -121,7 +72,7 @@ const objectKey = (o: K8sObject): string => `${o.kind}/${o.metadata.name}`;
 
 /** What a component changes in the rendered base: objects added, and paths changed in the base's objects. */
 async function componentEffect(component: string): Promise<{ added: K8sObject[]; changed: Record<string, string[]> }> {
-  const base = new Map((await render("deploy/base")).map((o) => [objectKey(o), o]));
+  const base = new Map((await renderKustomization("deploy/base")).map((o) => [objectKey(o), o]));
   const withComponent = await renderWith([component]);
   validate(withComponent, `base + ${component}`);
   const added = withComponent.filter((o) => !base.has(objectKey(o)));
@@ -154,7 +105,7 @@ void test("kubectl is available where CI runs", { skip: process.env.CI === "true
 });
 
 void test("the base renders, every object validates against its schema, and it needs no CRD", { skip: skipReason ?? false }, async () => {
-  const objects = await render("deploy/base");
+  const objects = await renderKustomization("deploy/base");
   assert.deepEqual(objects.map(objectKey).sort(), [
     "ClusterRole/lostwrite",
     "ClusterRoleBinding/lostwrite",
@@ -170,7 +121,7 @@ void test("the base renders, every object validates against its schema, and it n
 });
 
 void test("every overlay renders and validates", { skip: skipReason ?? false }, async () => {
-  for (const dir of await kustomizations()) validate(await render(dir), dir);
+  for (const dir of await kustomizations()) validate(await renderKustomization(dir), dir);
 });
 
 void test("schema validation catches a wrong type (the check can fail)", () => {
@@ -179,7 +130,7 @@ void test("schema validation catches a wrong type (the check can fail)", () => {
 });
 
 void test("the DaemonSet asks for exactly the privileges it justifies", { skip: skipReason ?? false }, async () => {
-  const ds = find<IDaemonSet>(await render("deploy/base"), "DaemonSet");
+  const ds = find<IDaemonSet>(await renderKustomization("deploy/base"), "DaemonSet");
   const pod = ds.spec?.template.spec;
   assert.ok(pod);
   assert.notEqual(pod.hostPID, true, "hostPID: the host's /proc is mounted read-only instead");
@@ -260,7 +211,7 @@ void test("every added capability carries a comment saying why", async () => {
 });
 
 void test("RBAC is read-only: get/list/watch on pods and endpointslices, nothing else", { skip: skipReason ?? false }, async () => {
-  const objects = await render("deploy/base");
+  const objects = await renderKustomization("deploy/base");
   const role = find<IClusterRole>(objects, "ClusterRole");
   const grants = (role.rules ?? []).flatMap((r) => {
     assert.equal(r.nonResourceURLs, undefined);
@@ -274,7 +225,7 @@ void test("RBAC is read-only: get/list/watch on pods and endpointslices, nothing
 });
 
 void test("the namespace alone is Pod Security privileged", { skip: skipReason ?? false }, async () => {
-  const ns = find<K8sObject>(await render("deploy/base"), "Namespace");
+  const ns = find<K8sObject>(await renderKustomization("deploy/base"), "Namespace");
   assert.equal(ns.metadata.name, "lostwrite");
   assert.equal(ns.metadata.labels?.["pod-security.kubernetes.io/enforce"], "privileged");
 });
@@ -283,7 +234,7 @@ void test("the namespace alone is Pod Security privileged", { skip: skipReason ?
 // scrape without honorLabels renames them exported_* and blames the agent pod.
 void test("every scrape config honours the agent's namespace, pod and container labels", { skip: skipReason ?? false }, async () => {
   for (const dir of [...(await kustomizations()), "deploy/components/prometheus-operator"]) {
-    const objects = dir.includes("/components/") ? await renderWith(["prometheus-operator"]) : await render(dir);
+    const objects = dir.includes("/components/") ? await renderWith(["prometheus-operator"]) : await renderKustomization(dir);
     if (dir.includes("/components/")) assert.equal(objects.filter((o) => o.kind === "ServiceMonitor").length, 1, "the component ships one ServiceMonitor");
     const scrapes = objects.filter((o) => o.kind === "ServiceMonitor" || o.kind === "PodMonitor");
     if (dir === "deploy/base") assert.equal(scrapes.length, 0, "the base needs no Prometheus Operator CRD");
@@ -297,7 +248,7 @@ void test("every scrape config honours the agent's namespace, pod and container 
 });
 
 void test("the kube-prometheus-stack overlay labels the ServiceMonitor and PrometheusRule for its release", { skip: skipReason ?? false }, async () => {
-  const objects = await render("deploy/overlays/kube-prometheus-stack");
+  const objects = await renderKustomization("deploy/overlays/kube-prometheus-stack");
   for (const kind of ["ServiceMonitor", "PrometheusRule"]) {
     assert.equal(find<K8sObject>(objects, kind).metadata.labels?.release, "kube-prometheus-stack", kind);
   }
@@ -363,7 +314,7 @@ void test("all components together render and validate", { skip: skipReason ?? f
 });
 
 void test("spans reach the agent of the sender's node: a Local Service in the base, a hostPort with the component", { skip: skipReason ?? false }, async () => {
-  const objects = await render("deploy/base");
+  const objects = await renderKustomization("deploy/base");
   const ds = find<IDaemonSet>(objects, "DaemonSet");
   const podLabels = ds.spec?.template.metadata?.labels ?? {};
   const containerPorts = new Map((ds.spec?.template.spec?.containers[0]?.ports ?? []).map((p) => [p.name, p.containerPort]));
@@ -456,9 +407,14 @@ void test("SELinux runs the agent as spc_t; AppArmor unconfined through the Kube
   }
 });
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
+const scrapeConfigChecks = [
+  { generation: CURRENT_MONITORING, staticTarget: false },
+  // Debian's Prometheus is built without Kubernetes discovery: its promtool
+  // checks the job with a static target in its place, everything else as shipped.
+  { generation: DEBIAN_MONITORING, staticTarget: true },
+];
 
-void test("the plain Prometheus scrape config keeps the agent's labels, adds the node, and promtool accepts it", { skip: skipUnlessCI(promtool) }, async () => {
+for (const { generation: { name, promtool }, staticTarget } of scrapeConfigChecks) void test(`the plain Prometheus scrape config keeps the agent's labels, adds the node, and promtool accepts it (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
   const text = await readFile(`${ROOT}deploy/prometheus/scrape-config.yaml`, "utf8");
   const config = parseDocument(text).toJS() as {
     scrape_configs: { job_name: string; honor_labels?: boolean; kubernetes_sd_configs?: unknown[]; relabel_configs: { source_labels?: string[]; target_label?: string; regex?: string; action?: string }[] }[];
@@ -467,15 +423,13 @@ void test("the plain Prometheus scrape config keeps the agent's labels, adds the
   const job = config.scrape_configs[0]!;
   assert.equal(job.honor_labels, true, "honor_labels: the agent's namespace/pod/container name the operator");
   assert.ok(job.relabel_configs.some((r) => r.source_labels?.[0] === "__meta_kubernetes_pod_node_name" && r.target_label === "node"), "node label");
-  const ds = find<IDaemonSet>(await render("deploy/base"), "DaemonSet");
+  const ds = find<IDaemonSet>(await renderKustomization("deploy/base"), "DaemonSet");
   const keep = job.relabel_configs.find((r) => r.action === "keep" && r.source_labels?.[0] === "__meta_kubernetes_pod_container_port_name");
   assert.equal(ds.spec?.template.spec?.containers[0]?.ports?.find((p) => p.containerPort === 9470)?.name, keep?.regex, "keeps the metrics port by its name");
-  // Debian's Prometheus is built without Kubernetes discovery, so promtool
-  // checks the job with a static target in its place: everything else as shipped.
   const dir = await mkdtemp(join(tmpdir(), "lostwrite-scrape-"));
   try {
     assert.ok(job.kubernetes_sd_configs?.length, "the job discovers the agent pods");
-    const checked = { scrape_configs: [{ ...job, kubernetes_sd_configs: undefined, static_configs: [{ targets: ["127.0.0.1:9470"] }] }] };
+    const checked = staticTarget ? { scrape_configs: [{ ...job, kubernetes_sd_configs: undefined, static_configs: [{ targets: ["127.0.0.1:9470"] }] }] } : config;
     await writeFile(join(dir, "prometheus.yml"), JSON.stringify(checked));
     const result = await execa(promtool.path ?? assert.fail(promtool.reason), ["check", "config", join(dir, "prometheus.yml")], { reject: false, all: true });
     assert.equal(result.exitCode, 0, result.all);

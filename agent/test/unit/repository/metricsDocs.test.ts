@@ -12,7 +12,7 @@ import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS, VERDICTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
 import { ANSWER_RULES } from "../../../src/vocabulary/answerRules.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";
 
 const doc = readFileSync(repoPath("docs/metrics.md"), "utf8");
@@ -133,9 +133,8 @@ void test("sets the page calls initialised exist as 0 series from start-up, and 
   }
 });
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
-
-void test("promtool check metrics is clean on the agent's exposition", { skip: skipUnlessCI(promtool) }, async () => {
+// Each Prometheus generation users run lints the exposition its own way.
+for (const { name, promtool } of MONITORING_GENERATIONS) void test(`promtool check metrics is clean on the agent's exposition (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
   const metrics = new AgentMetrics();
   // One series of every labelled metric, so the lint sees every label name.
   const workload = { namespace: "ops", pod: "widget-operator-1", container: "manager", process: "manager" };

@@ -12,7 +12,7 @@ import { startHttpServer, negotiateMetricsFormat } from "../../../src/sinks/http
 import { recordLoss } from "../../../src/sinks/lossMetrics.ts";
 import { removePodSeries } from "../../../src/telemetry/workloadSeries.ts";
 import { AgentMetrics, EXEMPLAR_LABELS_MAX_CHARS, EXEMPLAR_METRICS, traceExemplar } from "../../../src/telemetry/metrics.ts";
-import { locateTool, skipUnlessCI } from "../../e2e/support/tools.ts";
+import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { sampleEvent } from "../sinks/sampleEvent.ts";
 
 const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -21,7 +21,6 @@ const SPAN = "00f067aa0ba902b7";
 const PROMETHEUS_ACCEPT =
   "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
-const promtool = locateTool("promtool", "apt-get install prometheus");
 
 describe("format negotiation on the Accept header", () => {
   const cases: [string | undefined, "openmetrics" | "text"][] = [
@@ -157,10 +156,12 @@ describe("/metrics", () => {
     assert.ok(!text.includes("trace_id"), text);
   });
 
-  it("promtool check metrics is clean on the classic output with exemplars recorded", { skip: skipUnlessCI(promtool) }, async () => {
-    const { body } = await scrape();
-    const result = await execa(promtool.path ?? assert.fail(promtool.reason), ["check", "metrics"], { input: body, reject: false });
-    assert.equal(result.exitCode, 0, `promtool check metrics:\n${result.stdout}${result.stderr}`);
-    assert.equal(result.stdout + result.stderr, "", "promtool check metrics printed lint findings");
-  });
+  for (const { name, promtool } of MONITORING_GENERATIONS) {
+    it(`promtool check metrics is clean on the classic output with exemplars recorded (${name})`, { skip: skipUnlessCI(promtool) }, async () => {
+      const { body } = await scrape();
+      const result = await execa(promtool.path ?? assert.fail(promtool.reason), ["check", "metrics"], { input: body, reject: false });
+      assert.equal(result.exitCode, 0, `promtool check metrics:\n${result.stdout}${result.stderr}`);
+      assert.equal(result.stdout + result.stderr, "", "promtool check metrics printed lint findings");
+    });
+  }
 });

@@ -1,0 +1,418 @@
+// On the real kernel, against a real control plane (testbed/controlplane:
+// etcd and kube-apiserver v1.37 built from source, the Widget CRD, RBAC,
+// client certificates), the real controller-runtime operator
+// (testbed/cr-operator, Status().Update()) followed by the agent's uprobes on
+// its binary. No fault is simulated by a stand-in: each comes from what
+// produces it in production — another writer of the same status, the CRD's
+// schema, a connection destroyed in the kernel, the apiserver killed — and
+// must be reported exactly once, by its cause, its request (a status write,
+// its path and object) and whether the operator noticed, from its spans.
+//
+// A holding webhook (testbed/controlplane/holdingWebhook.ts) keeps the one
+// write a fault is aimed at in flight inside the apiserver until the fault is
+// in place: the test waits for that write to arrive, never for a sleep.
+//
+// Two operators share the binary: `careful` returns a failed write's error
+// (controller-runtime requeues it), `silent` logs it and reports success.
+import assert from "node:assert/strict";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { buildControlPlane } from "../../../testbed/controlplane/build.ts";
+import { startControlPlane, type ControlPlane } from "../../../testbed/controlplane/controlPlane.ts";
+import { startHoldingWebhook, type HoldingWebhook } from "../../../testbed/controlplane/holdingWebhook.ts";
+import { WIDGET_GROUP, WIDGET_VERSION } from "../../../testbed/controlplane/widgets.ts";
+import { buildCrOperator } from "../../../testbed/cr-operator/build.ts";
+import { goUnavailable } from "../../../testbed/goBuild.ts";
+import type { LossEvent } from "../../src/model.ts";
+import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { loggedFor } from "./support/goOperatorFaults.ts";
+import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
+
+/** The agent's correlation window: how long it waits for the spans that say whether a loss was noticed. */
+const CORRELATION_WINDOW = "2s";
+/** Past the correlation window: a second event of the same loss (an echo) would have come by now, and must not. */
+const SETTLE_MS = 3000;
+const OPERATOR_USER = "cr-operator";
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+const widgetsPath = (namespace: string): string => `/apis/${WIDGET_GROUP}/${WIDGET_VERSION}/namespaces/${namespace}/widgets`;
+const statusPathOf = (namespace: string, name: string): string => `${widgetsPath(namespace)}/${name}/status`;
+
+type Mode = "careful" | "silent";
+
+interface Operator {
+  mode: Mode;
+  child: ChildProcess;
+  pid: number;
+  namespace: string;
+  stderr: string[];
+  stop(): Promise<void>;
+}
+
+interface Row {
+  fault: string;
+  expected: string;
+  detected: string;
+}
+
+interface Expected {
+  cause: LossEvent["cause"];
+  statusCode?: number;
+  noticed: "yes" | "no";
+}
+
+// Built first: a machine's first build of etcd and kube-apiserver takes many minutes
+// (`npm test` builds them before the e2e files; testbed/README.md has the times).
+describe("the real kube-apiserver: status writes lost as production loses them, each reported once", { skip: skipWithoutKernelOrGo(), timeout: 45 * 60_000 }, () => {
+  let dir: string;
+  let cp: ControlPlane;
+  let webhook: HoldingWebhook;
+  let agent: AgentProcess;
+  let agentLog: LogLine[];
+  let operatorBinary: string;
+  let kubeconfigPath: string;
+  const operators = {} as Record<Mode, Operator>;
+  const rows: Row[] = [];
+
+  before(async () => {
+    assertKernelRequirements();
+    const go = goUnavailable();
+    if (go !== null) throw new Error(`e2e test cannot run: ${go}`);
+    dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-realcp-"));
+    const log = (line: string): void => console.log(`# ${line}`);
+    const binaries = await buildControlPlane(log);
+    operatorBinary = await buildCrOperator(dir, { stripped: false });
+    const started = Date.now();
+    cp = await startControlPlane({ binaries, log });
+    log(`control plane started in ${((Date.now() - started) / 1000).toFixed(1)} s (etcd, kube-apiserver, the Widget CRD served)`);
+    webhook = await startHoldingWebhook(cp);
+    await webhook.install(cp);
+    ({ kubeconfigPath } = await cp.kubeconfigFor(OPERATOR_USER));
+    agent = await startAgentProcess([
+      // cr-operator-symbols: its comm is "cr-operator-sym".
+      "--target-comm", "^cr-operator",
+      "--apiserver", `127.0.0.1:${cp.port}`,
+      "--correlation-window", CORRELATION_WINDOW,
+      "--span-grace", "0s",
+    ]);
+    agentLog = followLog(agent.child);
+    operators.careful = await startOperator("careful");
+    operators.silent = await startOperator("silent");
+  });
+
+  after(async () => {
+    for (const op of Object.values(operators)) {
+      rows.push({ fault: `no fault: the ${op.mode} operator's first write`, expected: "no event", detected: describeEvents(eventsFor(statusPathOf(op.namespace, "answered"))) });
+    }
+    if (rows.length > 0) {
+      console.log(`# real kube-apiserver, expected vs detected\n${rows.map((r) => `#   ${r.fault.padEnd(44)} expected: ${r.expected.padEnd(58)} detected: ${r.detected}`).join("\n")}`);
+    }
+    if (process.env.CP_E2E_DEBUG) {
+      console.error(agent?.stderr.filter((l) => !l.includes("boundary")).join("\n"), JSON.stringify(agent?.events, null, 1));
+      for (const op of Object.values(operators)) console.error(`${op.mode} operator:\n${op.stderr.join("")}`);
+    }
+    for (const op of Object.values(operators)) await op.stop().catch((error: unknown) => console.error(String(error)));
+    await agent?.stop();
+    await webhook?.close();
+    await cp?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function startOperator(mode: Mode): Promise<Operator> {
+    const namespace = `cp-${mode}`;
+    await cp.ensureNamespace(namespace);
+    const child = spawn(operatorBinary, [
+      "--kubeconfig", kubeconfigPath, "--namespace", namespace, "--status-write", "update", ...(mode === "silent" ? ["--swallow"] : []),
+    ], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${agent.otlpPort}` } });
+    const pid = child.pid!;
+    let stdout = "";
+    const stderr: string[] = [];
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => stderr.push(chunk));
+    const stop = async (): Promise<void> => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGKILL");
+        await new Promise((resolve) => child.once("exit", resolve));
+      }
+    };
+    try {
+      await waitFor(`the ${mode} operator [${pid}] to sync its cache`, () => stdout.includes('"ready":true') || child.exitCode !== null, 60_000);
+      assert.equal(child.exitCode, null, `the operator runs: ${stderr.join("")}`);
+      await waitFor(`the Go probe to follow the operator [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), 30_000);
+    } catch (error) {
+      await stop();
+      throw error;
+    }
+    const op: Operator = { mode, child, pid, namespace, stderr, stop };
+    // One answered status write before any fault, as the other operator e2e tests make (the table holds it: no event).
+    await createWidget(op, "answered");
+    await waitFor(`the ${mode} operator's first status write to land`, () => landed(op, "answered"), 20_000);
+    return op;
+  }
+
+  async function createWidget(op: Operator, name: string, spec: Record<string, unknown> = { size: 1 }): Promise<void> {
+    const res = await cp.request("POST", widgetsPath(op.namespace), {
+      body: { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name }, spec },
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+  }
+
+  async function statusOf(op: Operator, name: string): Promise<{ observedGeneration?: number; phase?: string; conditions?: { type: string }[] } | undefined> {
+    const res = await cp.request("GET", `${widgetsPath(op.namespace)}/${name}`);
+    return (res.body as { status?: { observedGeneration?: number; phase?: string } }).status;
+  }
+  const landed = async (op: Operator, name: string): Promise<boolean> => (await statusOf(op, name))?.observedGeneration === 1;
+
+  const lossCount = (): Promise<number> => agent.metric("lostwrite_status_write_lost_total", { request: "status" });
+  const eventsFor = (statusPath: string): LossEvent[] => agent.events.filter((e) => e.request?.path === statusPath);
+  const describeEvents = (events: LossEvent[]): string =>
+    events.length === 0
+      ? "no event"
+      : events.map((e) => `${e.cause}${e.request?.status_code ? ` ${e.request.status_code}` : ""} ${e.request?.method ?? "?"} …/${e.request?.object?.name ?? "?"}/status noticed=${e.noticed}${e.correlation === "span" ? " +span" : ""}`).join("; ");
+
+  /**
+   * Waits for the loss of `name`'s status write, then past the correlation
+   * window, and holds that exactly one event came of it, with the cause, the
+   * request, the object, the operator's verdict from its reconcile span, and
+   * one more status loss on the metric; returns the events that came meanwhile
+   * for anything else.
+   */
+  async function oneLoss(fault: string, op: Operator, name: string, expected: Expected, since: number, lostBefore: number): Promise<LossEvent[]> {
+    const statusPath = statusPathOf(op.namespace, name);
+    const expectedText = `${expected.cause}${expected.statusCode ? ` ${expected.statusCode}` : ""} PUT …/${name}/status noticed=${expected.noticed} +span`;
+    try {
+      await waitFor(`the loss of ${statusPath}`, () => eventsFor(statusPath).length > 0, 30_000);
+    } finally {
+      // The row is printed even when the wait fails: detected "no event".
+      rows.push({ fault, expected: expectedText, detected: "" });
+    }
+    await sleep(SETTLE_MS); // the point: a second event of the same loss (an echo) would have come by now, and must not
+    const events = eventsFor(statusPath);
+    rows.at(-1)!.detected = describeEvents(events);
+    assert.equal(events.length, 1, `one lost write, one event: ${JSON.stringify(events)}`);
+    const event = events[0]!;
+    assert.equal(event.cause, expected.cause, JSON.stringify(event));
+    if (expected.statusCode) assert.equal(event.request?.status_code, expected.statusCode);
+    assert.equal(event.pid, op.pid);
+    assert.equal(event.apiserver, `127.0.0.1:${cp.port}`);
+    assert.equal(event.request?.method, "PUT", "Status().Update() is a PUT to …/status");
+    assert.deepEqual(event.request?.object, { namespace: op.namespace, resource: "widgets", name, subresource: "status" });
+    assert.equal(event.correlation, "span", JSON.stringify(event));
+    assert.deepEqual(event.reconcile, { controller: "widget", namespace: op.namespace, name, kind: "Widget" });
+    assert.equal(event.noticed, expected.noticed, op.mode === "silent" ? "the reconcile span says OK: a silent loss" : "the reconcile span says ERROR");
+    assert.equal((await lossCount()) - lostBefore, 1, 'one more lostwrite_status_write_lost_total{request="status"}');
+    return agent.events.slice(since).filter((e) => e !== event);
+  }
+
+  /** The operator's one connection to the apiserver, by its local port, from the kernel's socket table. */
+  function operatorSockets(op: Operator): string[] {
+    const out = execFileSync("ss", ["-tnpH", "state", "established", "dport", "=", `:${cp.port}`], { encoding: "utf8" });
+    return out.split("\n").filter((line) => line.includes(`pid=${op.pid},`)).map((line) => line.trim().split(/\s+/)[2]!);
+  }
+
+  it("409: a second replica of the operator writes the same status while the first one's Status().Update() is in flight", async () => {
+    // Why the real apiserver: the conflict is etcd's compare-and-swap failing under the write and the registry's retry finding a newer resourceVersion.
+    const op = operators.careful;
+    const name = "conflict";
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER });
+    await createWidget(op, name);
+    await hold.arrived;
+    // The other writer: a second replica (leader election off) that reconciled the same generation, by merge
+    // patch (no resourceVersion: it cannot conflict). The first replica's requeued reconcile then finds the
+    // status current and writes nothing, so its refused write is not retried: a loss, which its span noticed.
+    const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+    const other = await cp.request("PATCH", statusPathOf(op.namespace, name), {
+      contentType: "application/merge-patch+json",
+      body: { status: { observedGeneration: 1, phase: "Ready", conditions: [{ type: "Ready", status: "True", reason: "Reconciled", message: "by the second replica", observedGeneration: 1, lastTransitionTime: now }] } },
+    });
+    assert.equal(other.status, 200, JSON.stringify(other.body));
+    hold.release();
+    const others = await oneLoss("409 from a concurrent status writer", op, name, { cause: "http_rejected", statusCode: 409, noticed: "yes" }, since, lostBefore);
+    assert.equal((await statusOf(op, name) as { conditions?: { message?: string }[] } | undefined)?.conditions?.[0]?.message, "by the second replica", "the other replica's status stands");
+    assert.deepEqual(others, [], "nothing else was reported");
+  });
+
+  it("422: the CRD's status schema rejects the phase the operator writes for a paused Widget; swallowed, the status never lands", async () => {
+    // Why the real apiserver: the 422 is the apiextensions-apiserver's OpenAPI validation of the CRD's status schema.
+    const op = operators.silent;
+    const name = "paused";
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    await createWidget(op, name, { size: 1, paused: true });
+    const others = await oneLoss("422 from the CRD's status schema", op, name, { cause: "http_rejected", statusCode: 422, noticed: "no" }, since, lostBefore);
+    assert.equal(await statusOf(op, name), undefined, "the status was never written");
+    assert.deepEqual(others, [], "nothing else was reported");
+    // Deleted: every re-list (after the apiserver restarts, below) reconciles it again, and each write is a new 422.
+    assert.equal((await cp.request("DELETE", `${widgetsPath(op.namespace)}/${name}`)).status, 200);
+  });
+
+  /** Destroys one end of the operator's connection in the kernel (ss -K): the apiserver's end (the operator then receives a reset) or its own. */
+  function destroyConnection(op: Operator, end: "apiserver" | "operator"): void {
+    const sockets = operatorSockets(op);
+    assert.equal(sockets.length, 1, `the operator has one connection to the apiserver: ${sockets.join(", ")}`);
+    const localPort = sockets[0]!.split(":").at(-1)!;
+    const filter = end === "operator"
+      ? ["sport", "=", `:${localPort}`, "dport", "=", `:${cp.port}`]
+      : ["sport", "=", `:${cp.port}`, "dport", "=", `:${localPort}`];
+    const out = execFileSync("ss", ["-K", "-tnH", "state", "established", ...filter], { encoding: "utf8" });
+    assert.equal(out.trim().split("\n").filter(Boolean).length, 1, `ss -K destroyed one socket: ${out}`);
+  }
+
+  it("the connection reset under an in-flight status write (ss -K on the apiserver's end: the operator gets an RST, as from a load balancer); the requeued write lands", async () => {
+    // Why the real apiserver: the dead connection carries client-go's watches too, and the real apiserver's answer to their re-list and re-watch is what the operator resumes on.
+    const op = operators.careful;
+    const name = "reset";
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER });
+    await createWidget(op, name);
+    await hold.arrived;
+    destroyConnection(op, "apiserver");
+    hold.release();
+    const others = await oneLoss("connection reset (ss -K, apiserver's end)", op, name, { cause: "connection_reset", noticed: "yes" }, since, lostBefore);
+    await waitFor(`${name}'s requeued write to land`, () => landed(op, name), 30_000);
+    assert.deepEqual(others, [], "nothing else was reported");
+  });
+
+  it("the operator's own socket destroyed under an in-flight status write (ss -K on its end: ECONNABORTED); swallowed", async () => {
+    // Why the real apiserver: as above; here the operator's kernel aborts the socket and sends the RST to the apiserver, which must clean up the request itself.
+    const op = operators.silent;
+    const name = "aborted";
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER });
+    await createWidget(op, name);
+    await hold.arrived;
+    destroyConnection(op, "operator");
+    hold.release();
+    // The agent has no cause of its own for a socket aborted on the operator's side: the connection died unanswered without a FIN, as a reset.
+    const others = await oneLoss("operator's socket destroyed (ss -K, its end)", op, name, { cause: "connection_reset", noticed: "no" }, since, lostBefore);
+    assert.deepEqual(others, [], "nothing else was reported");
+  });
+
+  it("the apiserver SIGKILLed with a status write in flight, then restarted; swallowed: one loss, and the refused reconnects reported as the reads they were", async () => {
+    // Why the real apiserver: only a real apiserver process can die with the write inside it, and only a real one's restart (etcd behind it) is what the operator comes back to.
+    const op = operators.silent;
+    const name = "killed";
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER });
+    await createWidget(op, name);
+    await hold.arrived;
+    await cp.killApiserver("SIGKILL");
+    hold.release();
+    await cp.startApiserver();
+    await oneLoss("apiserver SIGKILLed, write in flight", op, name, { cause: "connection_closed_unanswered", noticed: "no" }, since, lostBefore);
+    // client-go either resumes its watch where it was (nothing reconciled
+    // again) or lists anew and reconciles every object, this one too, and
+    // that write lands: seen both ways. Neither is a loss.
+    await sleep(SETTLE_MS); // past the correlation window: an event of the reconnects or of a rewrite would have come by now, and must not
+    // While the port is closed, client-go's reconnects are refused: failed
+    // connects are reported as such (the request they were for, a list or a
+    // watch, from the operator's span when it has one), never as a status write.
+    const afterKill = agent.events.slice(since).filter((e) => e.request?.path !== statusPathOf(op.namespace, name));
+    const notRefusedReads = afterKill.filter((e) => e.cause !== "connect_failed" || (e.request !== null && e.request.method !== "GET"));
+    assert.deepEqual(notRefusedReads, [], `besides the write's loss, only refused connects of reads: ${describeEvents(afterKill)}`);
+    assert.equal(eventsFor(statusPathOf(op.namespace, name)).length, 1, "one event for the write: a rewrite after a re-list is no loss");
+  });
+  it("APF: the operator's status write rejected 429 by its FlowSchema's priority level, retried by client-go after Retry-After and answered: a retry, no loss", async () => {
+    // Why the real apiserver: API Priority and Fairness (a FlowSchema, a PriorityLevelConfiguration that rejects, its seats and Retry-After) exists only in the real one.
+    const op = operators.careful;
+    const name = "throttled";
+    const hogs = "cp-hogs";
+    await cp.ensureNamespace(hogs);
+    const hog = await cp.kubeconfigFor("hog", { user: "lostwrite-hog" });
+    const level = await cp.create("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
+      apiVersion: "flowcontrol.apiserver.k8s.io/v1", kind: "PriorityLevelConfiguration", metadata: { name: "lostwrite-throttled" },
+      // The fewest seats a level gets (1 share of the server's 600), none lent or borrowed, and no queue: full means 429.
+      spec: { type: "Limited", limited: { nominalConcurrencyShares: 1, lendablePercent: 0, borrowingLimitPercent: 0, limitResponse: { type: "Reject" } } },
+    }) as { metadata: { uid: string } };
+    await cp.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+      apiVersion: "flowcontrol.apiserver.k8s.io/v1", kind: "FlowSchema", metadata: { name: "lostwrite-throttled" },
+      spec: {
+        priorityLevelConfiguration: { name: "lostwrite-throttled" }, matchingPrecedence: 500, distinguisherMethod: { type: "ByUser" },
+        rules: [{
+          subjects: [OPERATOR_USER, "lostwrite-hog"].map((user) => ({ kind: "User", user: { name: user } })),
+          resourceRules: [{ verbs: ["update", "patch"], apiGroups: [WIDGET_GROUP], resources: ["widgets/status"], namespaces: [op.namespace, hogs] }],
+        }],
+      },
+    });
+    const hogWrite = (widget: string): Promise<{ status: number; headers: Record<string, string | string[] | undefined> }> =>
+      cp.request("PATCH", statusPathOf(hogs, widget), { as: hog.client, contentType: "application/merge-patch+json", body: { status: { phase: "Pending" } } });
+    // The level is in force once the apiserver classifies a hog's write into it (it says so in a response header).
+    await cp.create(widgetsPath(hogs), { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name: "probe" }, spec: { size: 0 } });
+    await waitFor("the apiserver to classify the hog's writes into the new priority level", async () =>
+      (await hogWrite("probe")).headers["x-kubernetes-pf-prioritylevel-uid"] === level.metadata.uid, 30_000);
+    const seats = async (): Promise<number> => {
+      const text = (await cp.request("GET", "/metrics")).body as string;
+      const line = text.split("\n").find((l) => l.startsWith("apiserver_flowcontrol_nominal_limit_seats{") && l.includes('priority_level="lostwrite-throttled"'));
+      return Number(line?.split(" ").at(-1) ?? 0);
+    };
+    const rejected = async (): Promise<number> => {
+      const text = (await cp.request("GET", "/metrics")).body as string;
+      return text.split("\n").filter((l) => l.startsWith("apiserver_flowcontrol_rejected_requests_total{") && l.includes('priority_level="lostwrite-throttled"'))
+        .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0);
+    };
+    const seatCount = await seats();
+    assert.ok(seatCount >= 1 && seatCount <= 10, `the level has a few seats: ${seatCount}`);
+
+    // The hog takes every seat: its status writes, held in flight by the webhook.
+    const holds = [];
+    const pendingWrites = [];
+    for (let i = 0; i < seatCount; i++) {
+      await cp.create(widgetsPath(hogs), { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name: `hog-${i}` }, spec: { size: 0 } });
+      const hold = webhook.hold({ namespace: hogs, name: `hog-${i}`, user: "lostwrite-hog" });
+      pendingWrites.push(hogWrite(`hog-${i}`));
+      await hold.arrived;
+      holds.push(hold);
+    }
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const retriedBefore = await agent.metric("lostwrite_status_write_retried_total", { code: "429" });
+    const rejectedBefore = await rejected();
+    try {
+      await createWidget(op, name);
+      await waitFor("the apiserver to reject the operator's status write (429)", async () => (await rejected()) > rejectedBefore, 30_000);
+    } finally {
+      for (const hold of holds) hold.release();
+      await Promise.all(pendingWrites);
+    }
+    // client-go waits the answer's Retry-After (1 s) and sends the write again: answered this time.
+    await waitFor(`${name}'s status to land`, () => landed(op, name), 30_000);
+    await waitFor("the 429 to be counted as a retry", async () => (await agent.metric("lostwrite_status_write_retried_total", { code: "429" })) > retriedBefore, 10_000);
+    await sleep(SETTLE_MS); // past the correlation window: a loss event of the refused write would have come by now, and must not
+    const retried = (await agent.metric("lostwrite_status_write_retried_total", { code: "429" })) - retriedBefore;
+    rows.push({ fault: "APF 429, retried after Retry-After", expected: "no event, retried{code=429} +1", detected: `${describeEvents(agent.events.slice(since))}, retried{code=429} +${retried}` });
+    assert.equal((await rejected()) - rejectedBefore, 1, "the apiserver rejected one request of the level");
+    assert.equal(retried, 1, "one retry counted");
+    assert.deepEqual(agent.events.slice(since), [], "no event");
+    assert.equal(await lossCount(), lostBefore, "no status loss counted");
+    // The careful operator's later status writes are its own again.
+    assert.equal((await cp.request("DELETE", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/lostwrite-throttled")).status, 200);
+  });
+
+  it("no fault, normal reconcile load: 40 widgets created, then each one's spec changed; every status lands and nothing is reported", async () => {
+    // Why the real apiserver: its answers to a burst (watch events, resourceVersions, APF's queues) are the real ones, which the agent must not mistake for losses.
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const names = Array.from({ length: 20 }, (_, i) => `load-${i}`);
+    const all = Object.values(operators).flatMap((op) => names.map((name) => ({ op, name })));
+    await Promise.all(all.map(({ op, name }) => createWidget(op, name)));
+    await waitFor("every widget's status to land", async () => (await Promise.all(all.map(({ op, name }) => landed(op, name)))).every(Boolean), 60_000);
+    await Promise.all(all.map(async ({ op, name }) => {
+      const res = await cp.request("PATCH", `${widgetsPath(op.namespace)}/${name}`, { contentType: "application/merge-patch+json", body: { spec: { size: 2 } } });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+    }));
+    const atGeneration2 = async ({ op, name }: { op: Operator; name: string }): Promise<boolean> => (await statusOf(op, name))?.observedGeneration === 2;
+    await waitFor("every widget's second status to land", async () => (await Promise.all(all.map(atGeneration2))).every(Boolean), 60_000);
+    await sleep(SETTLE_MS); // past the correlation window: any event of these writes would have come by now
+    rows.push({ fault: `no fault: ${all.length * 2} status writes under load`, expected: "no event", detected: describeEvents(agent.events.slice(since)) });
+    assert.deepEqual(agent.events.slice(since), [], "no event");
+    assert.equal(await lossCount(), lostBefore, "no status loss counted");
+  });
+});
