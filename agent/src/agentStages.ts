@@ -1,20 +1,25 @@
 // The live agent's parts as stages (see stage.ts): each knows how to start
 // and stop one thing, and nothing about the others beyond what it is given.
-// pipeline.ts lists them in start order.
+// pipeline.ts lists them in start order. Also the few builders it calls for
+// a part that takes more than a line to make (probe variant, targets, event
+// log, readiness), so that it reads as its diagram.
 import type http from "node:http";
+import { execa } from "execa";
 import type { Config } from "./config.ts";
-import { CORRELATOR_TICK_MS, type Correlator } from "./correlate/correlator.ts";
 import type { MonotonicClock } from "./correlate/monotonicClock.ts";
 import type { HostPort } from "./hostPort.ts";
 import type { LossEvent } from "./model.ts";
 import type { LossSink, Stage } from "./stage.ts";
+import { createEventLog } from "./sinks/eventLog.ts";
 import { attachEventFeed, type EventFeed } from "./sinks/feed.ts";
 import { renderRunbooksPage } from "./sinks/runbooksPage.ts";
 import { startHttpServer } from "./sinks/httpServer.ts";
-import type { Logger } from "./sinks/log.ts";
-import type { AgentMetrics } from "./sinks/metrics.ts";
+import type { Logger } from "./telemetry/log.ts";
+import type { AgentMetrics } from "./telemetry/metrics.ts";
 import { createTraceSink, DISABLED_TRACE_SINK, type TraceSink } from "./sinks/traces.ts";
+import type { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import type { EndpointSync } from "./sources/probe/endpointSync.ts";
+import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
 import { startOtlpGrpcReceiver } from "./sources/spans/otlpGrpcReceiver.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
 import { parseForwarder, type ForwarderSelector } from "./sources/spans/forwarders.ts";
@@ -24,8 +29,10 @@ import { canonicalAddress } from "./ipAddress.ts";
 import { SpanIntake, type SpanIntakeOptions } from "./sources/spans/spanIntake.ts";
 import type { RecordedSender } from "./sources/record/format.ts";
 import { openRecordWriter, type RecordWriter } from "./sources/record/writer.ts";
+import type { AgentIdentity } from "./sources/targets/agentIdentity.ts";
 import type { KubernetesTargets } from "./sources/targets/kubernetes/kubernetesTargets.ts";
-import type { TargetWatcher, WatchedTarget } from "./sources/targets/targetWatcher.ts";
+import { TargetWatcher, type WatchedTarget } from "./sources/targets/targetWatcher.ts";
+import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
 import { AGENT_VERSION } from "./version.ts";
 
 export type Readiness = () => { ok: boolean; reason: string };
@@ -121,6 +128,13 @@ export class TraceStage implements Stage, LossSink {
   stop(): Promise<void> {
     return this.sink.shutdown();
   }
+}
+
+/** The event log on `out` (one JSON line per loss event), or none when `out` is null. */
+export function eventLogSinks(out: NodeJS.WritableStream | null, metrics: AgentMetrics): LossSink[] {
+  if (out === null) return [];
+  const log = createEventLog(out, { metrics });
+  return [{ name: "event log", publish: (event: LossEvent) => log.write(event) }];
 }
 
 /** In-process consumers of loss events (the demo, tests). */
@@ -280,24 +294,63 @@ export async function kubernetesTargets(config: Config, metrics: AgentMetrics, l
   });
 }
 
+/** The socket probe's variant (configured, or chosen for this kernel), logged and exported with bpftrace's version. */
+export async function pickProbeVariant(config: Config, metrics: AgentMetrics, log: Logger): Promise<ProbeVariant> {
+  const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
+  const bpftraceVersion = await readBpftraceVersion(config.bpftrace);
+  metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion, answer_rule: ANSWER_RULES[variant] }, 1);
+  log.info("probe variant chosen", { variant, bpftrace: bpftraceVersion });
+  return variant;
+}
+
+/** "0.17.0" from "bpftrace v0.17.0"; "unknown" when it cannot be run (start-up then fails with the reason). */
+async function readBpftraceVersion(bpftrace: string): Promise<string> {
+  try {
+    const { stdout } = await execa(bpftrace, ["--version"]);
+    return /v?(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
 /**
- * Correlation windows close on a tick; at stop, every pending loss is emitted.
- * The tick bounds how late a loss that waited out its window reaches /events
- * (measured with a 250 ms tick: window + 77 ms median, + 266 ms at worst);
- * an idle tick costs next to nothing.
+ * The targets: by the configured rules, from /proc, and in Kubernetes mode
+ * the pods of this node. The agent itself and its parent are never targets.
+ * With --record, a target is recorded before the line that made it one
+ * (the first of the watcher's listeners), so that replay names it alike.
  */
-export function correlatorStage(correlator: Correlator, tickMs = CORRELATOR_TICK_MS): Stage {
-  let stopTicking = (): void => {};
-  return {
-    name: "correlator",
-    start: () => {
-      stopTicking = correlator.startTicking(tickMs);
+export function watchTargets(config: Config, kube: KubernetesTargets | null, self: AgentIdentity, recorder: RecordWriter | null, metrics: AgentMetrics, log: Logger): TargetWatcher {
+  const targets = new TargetWatcher({
+    external: () => kube?.targets() ?? [],
+    externalExec: (pid, comm) => kube?.admitExec(pid, comm) ?? null,
+    rules: {
+      pids: config["target-pid"],
+      comm: config["target-comm"] ? new RegExp(config["target-comm"]) : null,
+      cmdline: config["target-cmdline"] ? new RegExp(config["target-cmdline"]) : null,
+      exclude: (pid) => pid === self.hostPid || pid === self.hostPpid,
     },
-    stop: () => {
-      stopTicking();
-      correlator.flush();
-    },
-  };
+    procRoot: config["proc-root"],
+    metrics,
+    onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
+  });
+  if (recorder) {
+    targets.onChange((changes) => {
+      for (const { pid } of changes.removed) recorder.target(pid, "", false);
+      for (const { pid, identity } of changes.added) recorder.target(pid, identity.process, true);
+      return Promise.resolve();
+    });
+  }
+  return targets;
+}
+
+/** What /readyz answers: ready once the probe is attached and acknowledges its changes. */
+export function probeReadiness(probe: Pick<BpftraceSupervisor, "ready" | "controlHealthy">): Readiness {
+  return () =>
+    !probe.ready
+      ? { ok: false, reason: "probe not attached" }
+      : !probe.controlHealthy
+        ? { ok: false, reason: "probe did not acknowledge a target or endpoint change" }
+        : { ok: true, reason: "probe attached" };
 }
 
 /** Kernel time → wall time drifts (NTP slews the wall clock): re-measured every minute, and recorded. */

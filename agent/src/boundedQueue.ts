@@ -2,7 +2,7 @@
 // (probeToCorrelator). It never grows past its capacity: a push beyond it is
 // dropped and counted, and the writer learns it (OTLP answers 429). Items are
 // consumed in order, in batches, off the writer's call stack.
-import type { AgentMetrics } from "./sinks/metrics.ts";
+import type { AgentMetrics } from "./telemetry/metrics.ts";
 import type { DropStage } from "./vocabulary/drops.ts";
 
 export interface BoundedQueueOptions<T> {
@@ -30,8 +30,8 @@ export class BoundedQueue<T> {
     return this.items.length - this.head;
   }
 
-  /** False when full: the item was dropped and counted. */
-  push(item: T): boolean {
+  /** False when full: the item was dropped and counted. An arrow property: a writer is handed it as it is. */
+  readonly push = (item: T): boolean => {
     if (this.length >= this.opts.capacity) {
       this.opts.metrics.eventsDropped.inc({ stage: this.opts.name, reason: "queue_full" });
       return false;
@@ -43,7 +43,7 @@ export class BoundedQueue<T> {
       setImmediate(() => this.drain());
     }
     return true;
-  }
+  };
 
   private drain(): void {
     this.scheduled = false;

@@ -4,7 +4,7 @@
 // loadConfig() merges flags > env > file > defaults and validates.
 import { Command, Option } from "commander";
 import { ConfigError, configFromEnv, configFromFile, envName, loadConfig, type Config } from "./config.ts";
-import { createLogger, type Logger } from "./sinks/log.ts";
+import { createLogger, type Logger } from "./telemetry/log.ts";
 
 const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boolean; boolean?: boolean }[] = [
   { key: "target-pid", flag: "--target-pid <pid>", help: "watch this process (repeatable)", repeatable: true },

@@ -1,16 +1,22 @@
 // The agent's data path, built in one place. Read top to bottom:
 //
-//   targets ──► probe (bpftrace, in-kernel filters) ──► exec admission ──► judge ──► correlate ──► sinks
-//   OTLP spans ─────────────────────────────────────────────────────────────────────► correlate
+//   sources                          named queues                loss graph          sinks
+//   socket probe ─► exec admission ─► probeToCorrelator ─┐
+//   TLS programs (verdicts) ─────────► probeToCorrelator ─┼─► LossGraph ─────────► loss metrics (Prometheus)
+//   Go programs (lines) ──────────────────────────────────┤   (lossGraph/:        event log, /events feed,
+//   OTLP spans ──────────────────────► spansToCorrelator ─┘    one clock)          trace export, listeners
+//                                                              │
+//   targets, apiserver endpoints ─► the probes' filters ◄──────┘ request-level switch
 //
-// Sources and stages are built first, then wired (who tells whom about what),
-// then started as a declared list of stages, in order; teardown stops them in
-// reverse, also when start-up fails half-way. Stages talk through bounded
-// queues whose drops are counted. A new source is one more entry in the list.
-import { execa } from "execa";
+// Each part is built before it is used: sources that say what is watched,
+// the sinks, the loss graph (shared with `lostwrite replay`), the queues into
+// it, the probes and the span intake that write into those queues; then
+// who tells whom about changes; then the stages, started in order and
+// stopped in reverse, also when start-up fails half-way. Queues are bounded
+// and their drops counted.
 import {
   clockStage,
-  correlatorStage,
+  eventLogSinks,
   FeedStage,
   HttpStage,
   kubernetesStage,
@@ -18,34 +24,36 @@ import {
   ListenerSink,
   openRecorder,
   OtlpStage,
+  pickProbeVariant,
+  probeReadiness,
   TraceStage,
+  watchTargets,
 } from "./agentStages.ts";
 import { BoundedQueue } from "./boundedQueue.ts";
 import type { Config } from "./config.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import { parseHostPort, type HostPort } from "./hostPort.ts";
-import { buildLossStages, followGoRequests } from "./lossStages.ts";
+import { GraphClock } from "./lossGraph/graphClock.ts";
+import { liveClockStage } from "./lossGraph/liveClock.ts";
+import { LossGraph } from "./lossGraph/lossGraph.ts";
 import type { LossEvent } from "./model.ts";
-import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
-import { startStages, stage, type LossSink, type Stage } from "./stage.ts";
-import { createEventLog, type Logger } from "./sinks/log.ts";
-import { AgentMetrics } from "./sinks/metrics.ts";
+import { LossMetricsSink } from "./sinks/lossMetrics.ts";
+import { LossSinks, startStages, stage, type Stage } from "./stage.ts";
+import type { Logger } from "./telemetry/log.ts";
+import { AgentMetrics } from "./telemetry/metrics.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
-import { GoProbes } from "./sources/goHttp2/goProbes.ts";
-import { TlsProbes } from "./sources/tls/tlsProbes.ts";
-import { TLS_TRACEPOINT } from "./sources/tls/tlsProbeProgram.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
-import { FollowChannel } from "./sources/probe/followChannel.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
-import type { TlsAttachment } from "./sources/tls/tlsAnswers.ts";
-import { chooseVariant, tracepointAvailable, type ProbeVariant } from "./sources/probe/probeProgram.ts";
+import type { ProbeVariant } from "./sources/probe/probeProgram.ts";
+import { ProbeRecordRoute } from "./sources/probe/probeRecordRoute.ts";
 import type { IndexedSpan } from "./sources/spans/indexedSpans.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
 import { ExecAdmission } from "./sources/targets/execAdmission.ts";
 import { newProgramsCanMatch } from "./sources/targets/targetRules.ts";
 import { TargetSync } from "./sources/targets/targetSync.ts";
-import { TargetWatcher } from "./sources/targets/targetWatcher.ts";
+import type { TlsAttachment } from "./sources/tls/tlsAnswers.ts";
+import { UprobeSources } from "./sources/uprobeSources.ts";
 
 export interface RunningAgent {
   metrics: AgentMetrics;
@@ -60,16 +68,6 @@ export interface RunningAgent {
   close(): Promise<void>;
 }
 
-/** "0.17.0" from "bpftrace v0.17.0"; "unknown" when it cannot be run (start-up then fails with the reason). */
-async function readBpftraceVersion(bpftrace: string): Promise<string> {
-  try {
-    const { stdout } = await execa(bpftrace, ["--version"]);
-    return /v?(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? "unknown";
-  } catch {
-    return "unknown";
-  }
-}
-
 export interface StartOptions {
   /** Where loss events go as JSON lines; null for none (the demo draws its own screen). Default stdout. */
   eventLog?: NodeJS.WritableStream | null;
@@ -77,188 +75,59 @@ export interface StartOptions {
 
 export async function startAgent(config: Config, log: Logger, options: StartOptions = {}): Promise<RunningAgent> {
   const metrics = new AgentMetrics();
-  const variant = config["probe-variant"] === "auto" ? chooseVariant() : config["probe-variant"];
-  const bpftraceVersion = await readBpftraceVersion(config.bpftrace);
-  metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion, answer_rule: ANSWER_RULES[variant] }, 1);
-  log.info("probe variant chosen", { variant, bpftrace: bpftraceVersion });
+  const variant = await pickProbeVariant(config, metrics, log);
   const clock = new MonotonicClock();
   const recorder = await openRecorder(config, clock, metrics, log);
 
-  // --- sinks: where a loss event goes ----------------------------------------
+  // --- sources of what is watched: target processes, apiserver endpoints -------
+  const kube = config.kubernetes ? await kubernetesTargets(config, metrics, log) : null;
+  // Host pids, also in a pod: what bpftrace reports and the host /proc lists.
+  const self = readAgentIdentity(config["proc-root"]);
+  const targets = watchTargets(config, kube, self, recorder, metrics, log);
+  const endpoints = new EndpointSync(config.apiserver.map(parseEndpoint), log);
+
+  // --- sinks: where a loss event goes, the loss metrics first ------------------
   const http = new HttpStage(parseHostPort(config.listen, "listen"), metrics);
   const feed = new FeedStage(http, metrics);
   const traces = new TraceStage(metrics, log);
   const listeners = new ListenerSink();
-  const eventLogStream = options.eventLog === undefined ? process.stdout : options.eventLog;
-  const eventLog = eventLogStream ? createEventLog(eventLogStream, { metrics }) : null;
-  const sinks: LossSink[] = [
-    ...(eventLog ? [{ name: "event log", publish: (event: LossEvent) => eventLog.write(event) }] : []),
-    feed,
-    traces,
-    listeners,
-  ];
+  const eventLog = eventLogSinks(options.eventLog === undefined ? process.stdout : options.eventLog, metrics);
+  const sinks = new LossSinks([new LossMetricsSink(metrics, targets), ...eventLog, feed, traces, listeners]);
 
-  // --- sources -----------------------------------------------------------------
-  const kube = config.kubernetes ? await kubernetesTargets(config, metrics, log) : null;
-  // Host pids, also in a pod: what bpftrace reports and the host /proc lists.
-  const self = readAgentIdentity(config["proc-root"]);
-  const targets = new TargetWatcher({
-    external: () => kube?.targets() ?? [],
-    externalExec: (pid, comm) => kube?.admitExec(pid, comm) ?? null,
-    rules: {
-      pids: config["target-pid"],
-      comm: config["target-comm"] ? new RegExp(config["target-comm"]) : null,
-      cmdline: config["target-cmdline"] ? new RegExp(config["target-cmdline"]) : null,
-      exclude: (pid) => pid === self.hostPid || pid === self.hostPpid,
-    },
-    procRoot: config["proc-root"],
-    metrics,
-    onError: (err) => log.warnRateLimited("target-scan", "target scan failed; retrying at the next scan", { error: String(err) }),
-  });
-  // First of its listeners, so a target is recorded before the line that made it one: replay names it alike.
-  if (recorder) {
-    targets.onChange((changes) => {
-      for (const { pid } of changes.removed) recorder.target(pid, "", false);
-      for (const { pid, identity } of changes.added) recorder.target(pid, identity.process, true);
-      return Promise.resolve();
-    });
-  }
-  const endpoints = new EndpointSync(config.apiserver.map(parseEndpoint), log);
-  const isApiserver = (host: string, port: number): boolean => endpoints.has(host, port);
-
-  // --- judge and correlate (shared with replay) --------------------------------
-  // Go targets' requests are followed one by one; their socket-path losses
-  // pass through that path first, so one lost request is one event. With the
-  // sockets variant the kernel then leaves their successful sends alone
-  // (probes/apiserver_sockets.bt, REQUEST-LEVEL TARGETS): their writes are
-  // counted per request, and their clean closes with requests unanswered are
-  // told by this path.
-  const requestLevelSends = variant === "sockets";
-  const judged = buildLossStages({
-    config,
-    metrics,
-    clock,
-    identity: (pid) => targets.identity(pid),
-    isApiserver,
-    emit: (event) => {
-      for (const sink of sinks) sink.publish(event);
-    },
-    claimSocketEvent: config["go-probes"] ? (event, identity) => goRequests.offerSocketEvent(event, identity) : undefined,
-    onDrop: (stage, reason) => metrics.eventsDropped.inc({ stage, reason }),
-  });
-  const goRequests = followGoRequests(judged, {
-    isApiserver,
-    requestLevelSends,
-    onAttached: (pid, attached, atNs) => {
-      recorder?.goAttached(pid, attached, attached ? atNs : undefined);
-      if (requestLevelSends) void probe.setRequestLevel(pid, attached);
-    },
-    onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
+  // --- the loss graph (shared with replay), and the queues into it ---------------
+  const graph = new LossGraph({
+    config, metrics, clock, time: new GraphClock(process.hrtime.bigint()), processes: targets, apiservers: endpoints,
+    goRequests: config["go-probes"], requestLevelSends: variant === "sockets", sink: sinks,
   });
   // bpftrace output is read as fast as it comes; the queues absorb bursts.
-  const probeRecords = new BoundedQueue<ProbeRecord | TlsAttachment>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: judged.handleRecord });
-  const spans = new BoundedQueue<IndexedSpan[]>({
-    name: "spansToCorrelator",
-    capacity: 1024,
-    metrics,
-    consume: (batch) => judged.correlator.addSpans(batch),
-  });
+  const probeRecords = new BoundedQueue<ProbeRecord | TlsAttachment>({ name: "probeToCorrelator", capacity: 65536, metrics, consume: graph.addRecord });
+  const spans = new BoundedQueue<IndexedSpan[]>({ name: "spansToCorrelator", capacity: 1024, metrics, consume: graph.addSpans });
+
+  // --- sources of records: the probes and the span intake, into the queues -------
   // A span's process is the one holding its connection; in Kubernetes mode its pod is also its address's (sources/spans/senderTrust.ts).
-  const otlp = new OtlpStage(config, metrics, recorder, (batch) => spans.push(batch), () => kube?.senders() ?? null, targets, log);
-
-  // --- the probe -----------------------------------------------------------------
+  const otlp = new OtlpStage(config, metrics, recorder, spans.push, () => kube?.senders() ?? null, targets, log);
   const probe = new BpftraceSupervisor({
-    variant,
-    bpftrace: config.bpftrace,
-    metrics,
-    log,
-    agentHostPid: self.hostPid,
+    variant, bpftrace: config.bpftrace, metrics, log, agentHostPid: self.hostPid,
     // With rules that can match a program started later, every exec is traced at once.
-    state: () => ({
-      targets: targets.pids(),
-      requestLevel: requestLevelSends ? goRequests.attachedPids() : [],
-      endpoints: endpoints.current(),
-      execWatch: newProgramsCanMatch(config),
-      unansweredMinBytes: config["unanswered-min-bytes"],
-    }),
+    state: () => ({ targets: targets.pids(), requestLevel: graph.requestLevelPids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config), unansweredMinBytes: config["unanswered-min-bytes"] }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
-    onInstance: () => judged.counters.reset(),
+    onInstance: () => graph.newProbeInstance(),
   });
-
-  // What the per-file uprobe programs (Go requests, TLS answers) need of the
-  // agent; they follow processes as the socket probe makes targets: from exec.
-  const follow = new FollowChannel();
-  const uprobeContext = {
-    follow,
-    execWatch: newProgramsCanMatch(config),
-    isTarget: (pid: number) => targets.identity(pid) !== undefined,
-    bpftrace: config.bpftrace,
-    procRoot: config["proc-root"],
-    agentHostPid: self.hostPid,
-    metrics,
-    log,
-    // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
-    nowNs: () => process.hrtime.bigint(),
+  const uprobes = new UprobeSources({ config, agentHostPid: self.hostPid, isTarget: (pid) => targets.identity(pid) !== undefined, goLines: graph, records: probeRecords, recorder, metrics, log });
+  const removeFromKernel = async (pid: number): Promise<void> => {
+    await probe.removeTarget(pid);
+    await uprobes.unfollow(pid);
   };
-  const goProbes = config["go-probes"]
-    ? new GoProbes({
-        ...uprobeContext,
-        requests: goRequests,
-        ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}),
-      })
-    : null;
+  const admission = new ExecAdmission({ targets, removeFromKernel, procRoot: config["proc-root"], metrics, log });
+  probe.onRecord(new ProbeRecordRoute(admission, uprobes.tls, probeRecords).take);
 
-  // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
-  // 1.3 session ticket arriving after the first request is no answer. The TLS
-  // program ties an SSL object to its socket on sock:sock_send_length (Linux
-  // 6.3+): on older kernels bpftrace refuses it, so it is not started at all.
-  const tlsTracepoint = tracepointAvailable(TLS_TRACEPOINT);
-  if (config["tls-probes"] && !tlsTracepoint) {
-    log.warn("TLS answers need the kernel's sock:sock_send_length tracepoint (Linux 6.3+), which this kernel lacks: OpenSSL clients are judged on the socket path");
-  }
-  const tlsProbes = config["tls-probes"] && tlsTracepoint
-    ? new TlsProbes({
-        ...uprobeContext,
-        answers: judged.tlsAnswers,
-        onVerdict: (record) => probeRecords.push(record),
-        // In the records' queue, in the order recorded: applied between the same records live and in replay.
-        onAttached: (pid, attached, atNs) => {
-          probeRecords.push({ type: "tls_attached", pid, attached, since: atNs });
-          recorder?.tlsAttached(pid, attached, attached ? atNs : undefined);
-        },
-        ...(recorder ? { onLine: (line: string) => recorder.tlsProbeLine(line) } : {}),
-      })
-    : null;
-
-  // --- wiring: who tells whom ------------------------------------------------------
-  const admission = new ExecAdmission({
-    targets,
-    removeFromKernel: async (pid) => {
-      await probe.removeTarget(pid);
-      await goProbes?.unfollow(pid);
-      await tlsProbes?.unfollow(pid);
-    },
-    procRoot: config["proc-root"],
-    metrics,
-    log,
-  });
-  probe.onRecord((record) => {
-    if (!admission.admit(record)) return false;
-    if (tlsProbes && (record.type === "close" || record.type === "ambiguous" || record.type === "send")) tlsProbes.lookNow(record.pid);
-    probeRecords.push(record); // a drop here is counted by the queue; the line is still recorded
-    return true;
-  });
-  new TargetSync({ targets, kernel: probe, admission, syscallCounterKeys: (pid) => judged.counters.syscallKeysOf(pid), forgetBaselines: (pid) => judged.counters.forget(pid), metrics, log });
+  // --- who tells whom about changes ---------------------------------------------
+  new TargetSync({ targets, kernel: probe, admission, syscallCounterKeys: (pid) => graph.syscallCounterKeys(pid), forgetBaselines: (pid) => graph.forgetCounters(pid), metrics, log });
+  uprobes.followTargets(targets);
   endpoints.onChange((key, present) => probe.setEndpoint(key, present));
-  if (goProbes) targets.onChange((changes) => goProbes.onTargets(changes));
-  if (tlsProbes) targets.onChange((changes) => tlsProbes.onTargets(changes));
-  http.readyWhen(() =>
-    !probe.ready
-      ? { ok: false, reason: "probe not attached" }
-      : !probe.controlHealthy
-        ? { ok: false, reason: "probe did not acknowledge a target or endpoint change" }
-        : { ok: true, reason: "probe attached" },
-  );
+  graph.onRequestLevel((pid, on) => void probe.setRequestLevel(pid, on));
+  if (recorder) graph.onGoAttached((pid, attached, atNs) => recorder.goAttached(pid, attached, attached ? atNs : undefined));
+  http.readyWhen(probeReadiness(probe));
 
   // --- start in this order, stop in reverse ----------------------------------------
   const stages: Stage[] = [
@@ -267,14 +136,13 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     http,
     feed,
     traces,
-    correlatorStage(judged.correlator),
+    liveClockStage(graph, { goQueueGauge: config["go-probes"], metrics }),
     otlp,
     ...(kube ? [kubernetesStage(kube, targets, endpoints, log)] : []),
-    ...(goProbes || tlsProbes ? [stage("follow channel", () => follow.open(), () => follow.close())] : []),
+    ...uprobes.channelStages(),
     stage("target scan", () => targets.scan()),
     probe,
-    ...(goProbes ? [goProbes] : []),
-    ...(tlsProbes ? [tlsProbes] : []),
+    ...uprobes.programStages(),
     stage("target rescan", () => targets.start(config["rescan-interval"]), () => targets.stop()),
   ];
   const close = await startStages(stages, log);

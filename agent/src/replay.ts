@@ -1,27 +1,25 @@
-// `lostwrite replay FILE`: the loss stages of the live agent fed from a
-// --record file instead of bpftrace and the OTLP port. No root, no bpftrace,
-// no network. Time is the recording's: the correlator's clock advances with
-// the records' CLOCK_MONOTONIC stamps and ticks every 25 ms of recorded time,
-// as the live agent's does while a loss waits, so a recording replays to the
-// same events in the same order. Go programs' lines and attachments are
-// replayed through the same request path as live, TLS programs' through the
-// same answers stage.
+// `lostwrite replay FILE`: the live agent's loss graph fed from a --record
+// file instead of bpftrace and the OTLP port. No root, no bpftrace, no
+// network. Time is the recording's: the graph's clock advances to each
+// record's CLOCK_MONOTONIC stamp before the record goes in, through the same
+// advance() the live agent's timer calls, so a recording replays to the same
+// events in the same order. Go and TLS programs' lines and attachments go in
+// as the live agent's did.
 import { loadConfig } from "./config.ts";
-import { CORRELATOR_TICK_MS } from "./correlate/correlator.ts";
 import { MonotonicClock } from "./correlate/monotonicClock.ts";
 import type { LossEvent } from "./model.ts";
 import { formatHostPort } from "./hostPort.ts";
-import { buildLossStages, followGoRequests } from "./lossStages.ts";
+import { GraphClock } from "./lossGraph/graphClock.ts";
+import { LossGraph } from "./lossGraph/lossGraph.ts";
+import { LossMetricsSink } from "./sinks/lossMetrics.ts";
+import { LossSinks } from "./stage.ts";
 import { isGoRecord } from "./sources/goHttp2/goRequests.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
-import { AgentMetrics } from "./sinks/metrics.ts";
+import { AgentMetrics } from "./telemetry/metrics.ts";
 import { parseProbeLine } from "./sources/probe/probeOutput.ts";
 import { openRecordReader } from "./sources/record/reader.ts";
 import { decodeTraceBody, judgeRecordedSpans } from "./sources/spans/spanIntake.ts";
 import { formatEventLine, shouldColor } from "./tail.ts";
-
-/** The live correlator's tick while losses wait, in recorded time: windows close in the same order. */
-const TICK_NS = BigInt(CORRELATOR_TICK_MS) * 1_000_000n;
 
 export interface ReplayOptions {
   json: boolean;
@@ -75,8 +73,8 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
     },
   ]);
   const clock = MonotonicClock.fixed(header.clockOffsetNs);
-  let nowNs = header.t;
-  const wallMs = (): number => Number(clock.toWallNs(nowNs) / 1_000_000n);
+  // The recording's time: the graph's decisions and the exemplars' stamps fall where the live agent's did.
+  const time = new GraphClock(header.t, (nowNs) => Number(clock.toWallNs(nowNs) / 1_000_000n));
   // Replay has no /proc: a process is known by the comm its lines carry, and
   // its spans' process.pid is taken to be the host pid (true outside pods).
   const comms = new Map<number, string>();
@@ -86,54 +84,42 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
   const firstSeenMs = new Map<number, number>();
   const events: LossEvent[] = [];
   const apiservers = await recordedApiservers(file, recorded.apiserver);
-  const isApiserver = (host: string, port: number): boolean => apiservers.has(formatHostPort(host, port));
-  // What the loss stages count, as the live agent's /metrics would show it; exemplars stamped in recorded time.
-  const metrics = new AgentMetrics({ now: wallMs });
-  const stages = buildLossStages({
-    config,
-    metrics,
-    clock,
-    now: wallMs,
-    identity: (pid) => {
+  // What the graph counts, as the live agent's /metrics would show it.
+  const metrics = new AgentMetrics({ now: () => time.wallMs() });
+  const processes = {
+    identity: (pid: number) => {
       const comm = comms.get(pid);
       if (comm === undefined) return undefined;
       return { comm, nsPids: [pid], sinceMs: firstSeenMs.get(pid) ?? 0, identity: { pid, process: comm, namespace: "", pod: "", container: "", controller: "" } };
     },
-    emit: (event) => events.push(event),
-    isApiserver,
-    claimSocketEvent: (event, identity) => goRequests.offerSocketEvent(event, identity),
-  });
-  // Go requests as the live agent followed them: its programs' lines and when each attached.
-  const goRequests = followGoRequests(stages, { isApiserver, requestLevelSends: false, onDrop: () => {} });
-
-  let nextTick = nowNs + TICK_NS;
-  const advanceTo = (t: bigint): void => {
-    while (nextTick <= t) {
-      nowNs = nextTick;
-      goRequests.drain(nowNs);
-      stages.tlsAnswers.drain(nowNs);
-      stages.correlator.tick();
-      nextTick += TICK_NS;
-    }
-    nowNs = t;
-    goRequests.drain(nowNs);
-    stages.tlsAnswers.drain(nowNs);
   };
+  const graph = new LossGraph({
+    config,
+    metrics,
+    clock,
+    time,
+    processes,
+    apiservers: { has: (host, port) => apiservers.has(formatHostPort(host, port)) },
+    // Go requests as the live agent followed them: its programs' lines and when each attached.
+    goRequests: true,
+    requestLevelSends: false,
+    sink: new LossSinks([new LossMetricsSink(metrics, processes), { name: "replayed events", publish: (event) => events.push(event) }]),
+  });
 
   for await (const record of reader.records()) {
-    advanceTo(record.t);
+    graph.advance(record.t);
     if (record.kind === "clock") {
       // The live agent turned kernel times into wall times with this offset from here on (every 60 s).
       clock.useRecordedOffset(record.clockOffsetNs);
       continue;
     }
     if (record.kind === "goAttached") {
-      goRequests.setAttached(record.pid, record.attached, record.attached ? (record.since ?? record.t) : record.t);
+      graph.setGoAttached(record.pid, record.attached, record.attached ? (record.since ?? record.t) : record.t);
       continue;
     }
     if (record.kind === "goProbe") {
       const parsed = parseProbeLine(record.line);
-      if (parsed.ok && isGoRecord(parsed.record)) goRequests.add(parsed.record);
+      if (parsed.ok && isGoRecord(parsed.record)) graph.addGoRecord(parsed.record);
       continue;
     }
     if (record.kind === "target") {
@@ -144,38 +130,36 @@ export async function replayEvents(file: string, err: NodeJS.WritableStream): Pr
       continue;
     }
     if (record.kind === "tlsAttached") {
-      stages.handleRecord({ type: "tls_attached", pid: record.pid, attached: record.attached, since: record.since ?? record.t });
+      graph.addRecord({ type: "tls_attached", pid: record.pid, attached: record.attached, since: record.since ?? record.t });
       continue;
     }
     if (record.kind === "tlsProbe") {
       const parsed = parseProbeLine(record.line);
-      if (parsed.ok && parsed.record.type === "tls_close") stages.handleRecord(parsed.record);
+      if (parsed.ok && parsed.record.type === "tls_close") graph.addRecord(parsed.record);
       continue;
     }
     if (record.kind === "probe") {
       const parsed = parseProbeLine(record.line);
       if (!parsed.ok) continue;
       const probeRecord = parsed.record;
-      if (probeRecord.type === "hello") stages.counters.reset();
+      if (probeRecord.type === "hello") graph.newProbeInstance();
       if ("comm" in probeRecord && "pid" in probeRecord) {
         // Named as the live agent named the target (its `target` record); in a
         // recording without those, by the comm its lines carry.
         if (!named.has(probeRecord.pid)) comms.set(probeRecord.pid, probeRecord.comm);
-        if (!firstSeenMs.has(probeRecord.pid)) firstSeenMs.set(probeRecord.pid, wallMs());
+        if (!firstSeenMs.has(probeRecord.pid)) firstSeenMs.set(probeRecord.pid, time.wallMs());
       }
-      stages.handleRecord(probeRecord);
+      graph.addRecord(probeRecord);
     } else {
       try {
         const spans = judgeRecordedSpans(decodeTraceBody(record.contentType, record.body, record.peer || null), record.sender, recorded.kubernetes === true);
-        stages.correlator.addSpans(spans);
+        graph.addSpans(spans);
       } catch (error) {
         err.write(`lostwrite replay: spans at t=${record.t}: ${String(error)} (skipped)\n`);
       }
     }
   }
-  goRequests.flush();
-  stages.tlsAnswers.flush();
-  stages.correlator.flush();
+  graph.flush();
   return { events, badRecords: reader.badRecords, metrics };
 }
 

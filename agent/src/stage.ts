@@ -1,6 +1,7 @@
 // What the agent is made of: stages that start in a declared order and stop
 // in the reverse one. A stage that fails to start stops the ones started
 // before it; a stage that fails to stop does not keep the others running.
+import type { LossMeta } from "./correlate/correlator.ts";
 import type { LossEvent } from "./model.ts";
 
 export interface Stage {
@@ -13,7 +14,21 @@ export interface Stage {
 /** Where emitted loss events go: the event log, the feed, the trace exporter, in-process listeners. */
 export interface LossSink {
   readonly name: string;
-  publish(event: LossEvent): void;
+  publish(event: LossEvent, meta: LossMeta): void;
+}
+
+/** Every sink, in the order given: each loss event goes to all of them. */
+export class LossSinks implements LossSink {
+  readonly name = "sinks";
+  readonly #sinks: readonly LossSink[];
+
+  constructor(sinks: readonly LossSink[]) {
+    this.#sinks = sinks;
+  }
+
+  publish(event: LossEvent, meta: LossMeta): void {
+    for (const sink of this.#sinks) sink.publish(event, meta);
+  }
 }
 
 export interface StageLog {

@@ -29,7 +29,7 @@
 // events in the same order.
 import type { KernelRequest, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
 import { isStatusWrite, stripQuery } from "../sources/spans/spanAttributes.ts";
-import type { AgentMetrics } from "../sinks/metrics.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 import type { IndexedSpan } from "../sources/spans/indexedSpans.ts";
 import { type ProcessQuery, sentBy, type SpanIndex, spanKey, spanOfProcess } from "../sources/spans/spanIndex.ts";
 import type { MonotonicClock } from "./monotonicClock.ts";
@@ -47,14 +47,10 @@ import {
   shared,
   type SpanLookup,
 } from "./spanVerdict.ts";
-import { startAdaptiveTicker } from "../adaptiveTicker.ts";
 import { BoundedMap, BoundedSet } from "../boundedMap.ts";
 import type { DropStage } from "../vocabulary/drops.ts";
 import { formatHostPort } from "../hostPort.ts";
 
-
-/** How often the live agent's correlator ticks while a loss waits (and replay, in recorded time): when windows close. */
-export const CORRELATOR_TICK_MS = 25;
 export interface LossMeta {
   /** CLOCK_MONOTONIC ns of the kernel failure; null for a loss seen only in a span. */
   kernelTimeNs: bigint | null;
@@ -154,8 +150,8 @@ export class Correlator {
   readonly #kernelSucceeded: BoundedMap<string, bigint>;
   /** Processes whose requests a request-level probe reads (host pid → span query): their span losses wait kernelLagMs. */
   readonly #requestLevel: BoundedMap<number, ProcessQuery>;
-  /** Brings the ticker's next run forward when a loss starts waiting (set while ticking). */
-  #wakeTicker: (() => void) | null = null;
+  /** Told when a tick leaves losses waiting: whoever ticks should come back soon. */
+  #onWaiting: () => void = () => {};
 
   constructor(opts: CorrelatorOptions) {
     this.#o = {
@@ -318,7 +314,7 @@ export class Correlator {
       this.#emitSpanLoss(entry);
     }
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, this.pendingCount);
-    if (this.pendingCount > 0) this.#wakeTicker?.();
+    if (this.pendingCount > 0) this.#onWaiting();
   }
 
   /** Emits everything pending now (shutdown, end of a replay). */
@@ -335,18 +331,9 @@ export class Correlator {
     this.#o.metrics.queueLength.set({ queue: "correlatorPending" }, 0);
   }
 
-  /**
-   * Calls tick() every `intervalMs` while a loss waits, every `idleMs` (span
-   * eviction only) otherwise, until the returned function is called. Does not
-   * keep the process alive.
-   */
-  startTicking(intervalMs: number, idleMs = 1000): () => void {
-    const ticker = startAdaptiveTicker(() => this.tick(), () => this.pendingCount > 0, intervalMs, idleMs);
-    this.#wakeTicker = () => ticker.wake();
-    return () => {
-      this.#wakeTicker = null;
-      ticker.stop();
-    };
+  /** `listener` is told when losses are left waiting after a tick (the graph's clock wakes on it). */
+  onWaiting(listener: () => void): void {
+    this.#onWaiting = listener;
   }
 
   /**

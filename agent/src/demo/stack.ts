@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { loadConfig } from "../config.ts";
 import { startAgent, type RunningAgent } from "../pipeline.ts";
-import { createLogger } from "../sinks/log.ts";
+import { createLogger } from "../telemetry/log.ts";
 import { startStatusWriter, STATUS_WRITER_NAMESPACE, type StatusWriter } from "./statusWriter.ts";
 import { freeLoopbackPort } from "../loopbackPort.ts";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";

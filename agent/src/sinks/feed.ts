@@ -9,7 +9,7 @@ import type { IncomingMessage, Server } from "node:http";
 import type { Duplex } from "node:stream";
 import { WebSocket, WebSocketServer } from "ws";
 import type { LossEvent } from "../model.ts";
-import type { AgentMetrics } from "./metrics.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { parseRfc3339Ns } from "./rfc3339.ts";
 
 /** Close codes a client sees. 1013 (Try Again Later) and 1008 (Policy Violation) are RFC 6455 codes. */

@@ -9,7 +9,7 @@
 import type { Server } from "node:http";
 import http from "../nodeHttp.ts";
 import { Registry } from "prom-client";
-import type { AgentMetrics } from "./metrics.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 
 export type MetricsFormat = "openmetrics" | "text";
 

@@ -1,39 +1,13 @@
-// Turns events into metric increments, with every label value kept inside its
-// closed set (metrics.ts), so series stay bounded whatever the kernel says.
-import type { ConnectionLossReason, LossEvent, ProcessIdentity, SocketEvent } from "../model.ts";
-import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, VERDICTS } from "../vocabulary/causes.ts";
-import { SYSCALL_LABELS } from "../vocabulary/syscalls.ts";
-import { closed, traceExemplar, type AgentMetrics } from "./metrics.ts";
-import { ERRNO_LABELS } from "../vocabulary/errno.ts";
+// The Prometheus loss metrics, one of the sinks: every loss event counted in
+// lostwrite_status_write_lost_total, its trace the series' exemplar. Label
+// values are kept inside their closed sets (telemetry/metrics.ts), so series
+// stay bounded whatever the kernel and the spans say.
+import type { LossEvent, ProcessIdentity } from "../model.ts";
+import type { LossSink } from "../stage.ts";
+import { LOSS_CAUSES, NOTICED, VERDICTS } from "../vocabulary/causes.ts";
+import { closed, traceExemplar, type AgentMetrics } from "../telemetry/metrics.ts";
+import { errnoLabel } from "../telemetry/workloadSeries.ts";
 import { isStatusWrite } from "../sources/spans/spanAttributes.ts";
-
-type Workload = Pick<ProcessIdentity, "namespace" | "pod" | "container" | "process">;
-
-export function workloadLabels(identity: Workload): Record<"namespace" | "pod" | "container" | "process", string> {
-  return { namespace: identity.namespace, pod: identity.pod, container: identity.container, process: identity.process };
-}
-
-export function errnoLabel(errno: string | null): string {
-  return errno === null ? "none" : closed(ERRNO_LABELS, errno);
-}
-
-/** Before correlation: the failed syscall itself. Connection deaths are not syscalls. */
-export function recordSocketEvent(
-  metrics: AgentMetrics,
-  event: Pick<SocketEvent, "syscall" | "errno">,
-  identity: Workload,
-  count = 1,
-): void {
-  if (event.syscall === null) return;
-  metrics.syscallErrors.inc(
-    { ...workloadLabels(identity), syscall: closed(SYSCALL_LABELS, event.syscall), errno: errnoLabel(event.errno) },
-    count,
-  );
-}
-
-export function recordConnectionLoss(metrics: AgentMetrics, identity: Workload, reason: ConnectionLossReason): void {
-  metrics.connectionLosses.inc({ ...workloadLabels(identity), reason });
-}
 
 /**
  * Controller names come from spans, i.e. from outside: the first `capacity`
@@ -72,31 +46,25 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
   metrics.incWithExemplar(metrics.statusWriteLost, labels, traceExemplar(event.trace_id, event.span_id));
 }
 
-/** A watched workload's per-process series, at zero until something happens. */
-export function initWorkloadSeries(metrics: AgentMetrics, labels: ReturnType<typeof workloadLabels>): void {
-  metrics.writes.inc(labels, 0);
-  metrics.writeBytes.inc(labels, 0);
-  metrics.retransmits.inc(labels, 0);
-  for (const reason of CONNECTION_LOSS_REASONS) metrics.connectionLosses.inc({ ...labels, reason }, 0);
+/** What the sink asks of the targets: the controller of a process, when it is known. */
+export interface ProcessControllers {
+  identity(pid: number): { identity: Pick<ProcessIdentity, "controller"> } | undefined;
 }
 
-/**
- * A pod that went away takes its series with it, so label sets stay bounded
- * by the pods alive on the node, not by every pod the node ever ran.
- */
-export async function removePodSeries(metrics: AgentMetrics, namespace: string, pod: string): Promise<void> {
-  const perWorkload = [
-    metrics.statusWriteLost,
-    metrics.syscallErrors,
-    metrics.writes,
-    metrics.writeBytes,
-    metrics.connectionLosses,
-    metrics.retransmits,
-  ];
-  for (const metric of perWorkload) {
-    const { values } = await metric.get();
-    for (const { labels } of values) {
-      if (labels.namespace === namespace && labels.pod === pod) metrics.removeSeries(metric, labels);
-    }
+export class LossMetricsSink implements LossSink {
+  readonly name = "loss metrics";
+  readonly #metrics: AgentMetrics;
+  readonly #processes: ProcessControllers;
+  readonly #controllers = new BoundedLabel(256);
+
+  constructor(metrics: AgentMetrics, processes: ProcessControllers) {
+    this.#metrics = metrics;
+    this.#processes = processes;
+  }
+
+  /** The controller is the reconcile's (from its span), else the process's (its pod's owner). */
+  publish(event: LossEvent): void {
+    const identity = event.pid === null ? null : this.#processes.identity(event.pid)?.identity;
+    recordLoss(this.#metrics, event, this.#controllers.value(event.reconcile?.controller ?? identity?.controller ?? ""));
   }
 }

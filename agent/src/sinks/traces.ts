@@ -29,8 +29,8 @@ import {
   type Tracer,
 } from "@opentelemetry/api";
 import type { LossEvent } from "../model.ts";
-import type { Logger } from "./log.ts";
-import type { AgentMetrics } from "./metrics.ts";
+import type { Logger } from "../telemetry/log.ts";
+import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { nsToHrTime, parseRfc3339Ns } from "./rfc3339.ts";
 import { splitHostPort } from "../hostPort.ts";
 
@@ -74,7 +74,7 @@ export async function createTraceSink(opts: TraceSinkOptions): Promise<TraceSink
     // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES still apply over this default.
     resource: defaultResource().merge(resourceFromAttributes({ "service.name": "lostwrite" })),
     ...(opts.serviceName !== undefined ? { serviceName: opts.serviceName } : {}),
-    // Only traces: metrics are Prometheus (sinks/metrics.ts), logs are JSON lines.
+    // Only traces: metrics are Prometheus (telemetry/metrics.ts), logs are JSON lines.
     metricReaders: [],
     logRecordProcessors: [],
     // Parents are set explicitly from the loss event; nothing propagates.

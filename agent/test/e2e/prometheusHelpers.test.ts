@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import { AgentMetrics } from "../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../src/telemetry/metrics.ts";
 import { startAlertmanager, startWebhookReceiver } from "./support/alertmanager.ts";
 import { dashboardQueries } from "./support/dashboardQueries.ts";
 import { startPrometheus } from "./support/prometheus.ts";

@@ -12,7 +12,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { execa } from "execa";
-import { AgentMetrics } from "../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../src/telemetry/metrics.ts";
 import { BpftraceSupervisor } from "../../src/sources/probe/bpftraceSupervisor.ts";
 import { endpointKey } from "../../src/sources/probe/endpointKey.ts";
 import type { ProbeRecord } from "../../src/sources/probe/probeOutput.ts";

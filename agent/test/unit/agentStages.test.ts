@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-grpc";
 import { OtlpStage } from "../../src/agentStages.ts";
 import { loadConfig } from "../../src/config.ts";
-import { AgentMetrics } from "../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../src/telemetry/metrics.ts";
 import type { IndexedSpan } from "../../src/sources/spans/indexedSpans.ts";
 import type { WatchedTarget } from "../../src/sources/targets/targetWatcher.ts";
 import { protobufBody, readableSpan, type SpanDef } from "./sources/spans/otlpSpans.ts";

@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import { PassThrough } from "node:stream";
 import { describe, it } from "node:test";
 import { attachEventFeed, type EventFeed } from "../../src/sinks/feed.ts";
-import { AgentMetrics } from "../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../src/telemetry/metrics.ts";
 import { feedUrl, formatEventLine, runTail, shouldColor } from "../../src/tail.ts";
 import { sampleEvent } from "./sinks/sampleEvent.ts";
 

@@ -3,21 +3,27 @@
 // client can be hooked gets its own bpftrace program (UprobePrograms), kept
 // while the binary can run again and told which of its processes to follow.
 // Everything else stays on the socket path alone, with the reason logged once
-// per binary. Lines go to GoRequests; the drain timer applies them in order.
+// per binary. Lines and attachments go to the loss graph, which applies them
+// in order (goRequests.ts).
 import { readlinkSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import path from "node:path";
-import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
 import { inspectGoBinary, type GoBinaryReport } from "../goBinary/inspectGoBinary.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
-import { isGoRecord, type GoRequests } from "./goRequests.ts";
+import { isGoRecord, type GoRecord } from "./goRequests.ts";
+
+/** Where the Go programs' lines and attachments go: the loss graph. */
+export interface GoLines {
+  addGoRecord(record: GoRecord): void;
+  setGoAttached(pid: number, attached: boolean, atNs: bigint): void;
+  /** `pid` is no target any more (at kernel time `atNs`). */
+  forgetGoProcess(pid: number, atNs: bigint): void;
+}
 
 export interface GoProbesOptions extends UprobeContext {
-  requests: GoRequests;
-  /** How often the request lines are applied (default 25 ms). */
-  drainIntervalMs?: number;
+  lines: GoLines;
   /** Binaries remembered, probed or not (default 1024). */
   binaryCapacity?: number;
 }
@@ -30,38 +36,24 @@ export class GoProbes {
   /** Targets left to the socket path because their client's layout is not verified. */
   readonly #unverified = new Set<number>();
   readonly #programs: UprobePrograms;
-  #ticker: AdaptiveTicker | null = null;
 
   constructor(opts: GoProbesOptions) {
-    this.#o = { drainIntervalMs: 25, binaryCapacity: 1024, onLine: () => {}, ...opts };
-    const { requests, metrics } = this.#o;
+    this.#o = { binaryCapacity: 1024, onLine: () => {}, ...opts };
+    const { lines, metrics } = this.#o;
     this.#programs = new UprobePrograms({
       what: "Go probe",
       attachedGauge: metrics.goProbesAttached,
       restarts: metrics.goProbeRestarts,
       onRecord: (record) => {
-        if (isGoRecord(record)) requests.add(record);
+        if (isGoRecord(record)) lines.addGoRecord(record);
       },
-      onAttached: (pid, attached, atNs) => requests.setAttached(pid, attached, atNs),
+      onAttached: (pid, attached, atNs) => lines.setGoAttached(pid, attached, atNs),
       ...this.#o,
     });
   }
 
-  /** Drains every drainIntervalMs while lines wait; once a second when none does, woken by the next. */
-  start(): void {
-    const requests = this.#o.requests;
-    const ticker = startAdaptiveTicker(
-      () => {
-        requests.drain(this.#o.nowNs());
-        this.#o.metrics.queueLength.set({ queue: "goRequests" }, requests.size.queued);
-      },
-      () => requests.busy,
-      this.#o.drainIntervalMs,
-      1000,
-    );
-    requests.onQueued(() => ticker.wake());
-    this.#ticker = ticker;
-  }
+  /** Nothing to start: a program starts when a target runs a binary it can follow (onTargets). */
+  start(): void {}
 
   /** A target change; returns at once, the programs follow in the background. */
   onTargets(changes: TargetChanges): Promise<void> {
@@ -70,9 +62,7 @@ export class GoProbes {
   }
 
   async stop(): Promise<void> {
-    this.#ticker?.stop();
     await this.#programs.stop();
-    this.#o.requests.flush();
   }
 
   /** A process its exec made followed, and that is no target. */
@@ -85,7 +75,7 @@ export class GoProbes {
       this.#unverified.delete(pid);
       if (!this.#programs.isFollowed(pid)) continue;
       await this.#programs.remove(pid);
-      this.#o.requests.forget(pid, this.#o.nowNs());
+      this.#o.lines.forgetGoProcess(pid, this.#o.nowNs());
     }
     for (const { pid } of added) {
       const key = await this.#binaryKey(pid);
@@ -163,7 +153,7 @@ export class GoProbes {
     return path.basename(target).replace(/ \(deleted\)$/, "");
   }
 
-    #exe(pid: number): string {
+  #exe(pid: number): string {
     return path.join(this.#o.procRoot, String(pid), "exe");
   }
 }

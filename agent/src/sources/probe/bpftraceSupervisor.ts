@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execa, type ResultPromise } from "execa";
-import type { AgentMetrics, ProbeRestartReason } from "../../sinks/metrics.ts";
+import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.ts";
 import { ControlChannel, ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage, type SyscallCounterKey } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";

@@ -2,7 +2,7 @@
 // in Kubernetes, the discovered ones (Service ClusterIP and EndpointSlice
 // addresses), followed live. Each change reaches the kernel as one
 // endpoint added or removed.
-import type { Logger } from "../../sinks/log.ts";
+import type { Logger } from "../../telemetry/log.ts";
 import { formatHostPort } from "../../hostPort.ts";
 import { endpointKey, type EndpointKey } from "./endpointKey.ts";
 

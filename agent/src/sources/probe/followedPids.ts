@@ -19,6 +19,10 @@
 // followed process makes into the probed file, so a process followed from its
 // exec is announced before its first request, even one that is gone before
 // the agent could send it a message.
+//
+// renderUprobeProgram is the one renderer of what every uprobe program
+// shares around its own probes: BEGIN with its followed pids and hello, the
+// tick, the follow probes, END; its probes filter on FOLLOWED.
 import { EVERY_PROGRAM, FOLLOW_NET_BYTE, MAX_PROGRAM_ID } from "./followChannel.ts";
 import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
 
@@ -58,16 +62,25 @@ const NET_MASK = 0xffff;
 const NET_VALUE = (FOLLOW_NET_BYTE << 8) | 127;
 const IPPROTO_TCP = 6;
 
+/**
+ * The pids a program starts with, as every probe program's BEGIN lists them
+ * (this file's and the socket probe's @targets, probeProgram.ts): each once,
+ * in ascending order, each a positive integer (anything else is refused,
+ * naming it: it would be a map key for no process).
+ */
+export function initialPids(pids: Iterable<number>): number[] {
+  const distinct = [...new Set(pids)];
+  for (const pid of distinct) if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`program pid: expected a positive integer, got ${pid}`);
+  return distinct.sort((a, b) => a - b);
+}
+
 export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram {
   if (!Number.isInteger(o.programId) || o.programId < 0 || o.programId > MAX_PROGRAM_ID) {
     throw new RangeError(`uprobe program id: expected 0…${MAX_PROGRAM_ID}, got ${o.programId}`);
   }
-  for (const pid of o.pids) if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`followed pid: expected a positive integer, got ${pid}`);
   const begin = [
     `@lw_exec_watch = ${o.execWatch ? 1 : 0};`,
-    ...[...new Set(o.pids)]
-      .sort((a, b) => a - b)
-      .map((pid) => `@lw_pids[(uint64)${pid}] = nsecs;\n\t@lw_said[(uint64)${pid}] = 1;\n\tprintf("follow %llu %d %llu\\n", nsecs, ${pid}, @lw_pids[(uint64)${pid}]);`),
+    ...initialPids(o.pids).map((pid) => `@lw_pids[(uint64)${pid}] = nsecs;\n\t@lw_said[(uint64)${pid}] = 1;\n\tprintf("follow %llu %d %llu\\n", nsecs, ${pid}, @lw_pids[(uint64)${pid}]);`),
   ].join("\n\t");
   const message = `tracepoint:sock:inet_sock_set_state
 {
@@ -121,4 +134,28 @@ export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram 
 	}
 }`;
   return { begin, probes: [message, exec, exit], end: "clear(@lw_pids); clear(@lw_said); clear(@lw_exec_watch);" };
+}
+
+export interface UprobeProgramParts {
+  /** Comment lines that open the program: what generated it, and for which file. */
+  comment: string[];
+  follow: FollowedPidsOptions;
+  /** The program's own probe blocks; those in a process's context filter on FOLLOWED. */
+  probes: string[];
+  /** Statements for END: the program's own maps that must not be printed. */
+  end: string;
+}
+
+/** A uprobe program's whole text; bpftrace runs it as `bpftrace -f json FILE AGENT_HOST_PID`. */
+export function renderUprobeProgram(parts: UprobeProgramParts): string {
+  const followed = renderFollowedPids(parts.follow);
+  return [
+    ...parts.comment,
+    `BEGIN {\n\t${followed.begin}\n\tprintf("hello %llu %d\\n", nsecs, $1);\n}`,
+    `interval:s:1 { printf("tick %llu\\n", nsecs); }`,
+    ...followed.probes,
+    ...parts.probes,
+    `END {\n\t${followed.end}\n\t${parts.end}\n}`,
+    "",
+  ].join("\n\n");
 }

@@ -25,7 +25,7 @@ const TICK = { ts: "u64" } as const;
 const FOLLOW = { ts: "u64", pid: "int", since: "u64" } as const;
 const UNFOLLOW = { ts: "u64", pid: "int" } as const;
 
-/** The lines of each probe family: the socket programs (probes/*.bt), the per-binary Go HTTP/2 programs (goProbeProgram.ts) and the per-library TLS programs (tlsProbeProgram.ts). */
+/** The lines of each probe family: the socket programs (probes/*.bt), the per-binary Go HTTP/2 programs (goProbeProgram.ts) and the per-library TLS programs (probes/tls_answers.bt, rendered by tlsProbeProgram.ts). */
 export const PROBE_FAMILIES = {
   sockets: {
     hello: HELLO,

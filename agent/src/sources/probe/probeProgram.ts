@@ -5,6 +5,7 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { dirAbove } from "../../installPaths.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
+import { initialPids } from "./followedPids.ts";
 
 export type ProbeVariant = "sockets" | "syscalls";
 export const PROBE_VARIANTS = ["sockets", "syscalls"] as const;
@@ -122,7 +123,7 @@ export function renderProgram(variant: ProbeVariant, state: ProbeState): string 
   if (state.execWatch) lines.push("@exec_watch = 1;");
   if (state.unansweredMinBytes !== undefined) lines.push(`@unanswered_min = (uint64)${state.unansweredMinBytes};`);
   const requestLevel = new Set(state.requestLevel ?? []);
-  for (const pid of [...state.targets].sort((a, b) => a - b)) lines.push(`@targets[(uint64)${pid}] = ${requestLevel.has(pid) ? 2 : 1};`);
+  for (const pid of initialPids(state.targets)) lines.push(`@targets[(uint64)${pid}] = ${requestLevel.has(pid) ? 2 : 1};`);
   for (const endpoint of state.endpoints) {
     for (const key of kernelKeys(endpoint)) {
       lines.push(

@@ -6,8 +6,8 @@
 import { once } from "node:events";
 import { open } from "node:fs/promises";
 import type { WriteStream } from "node:fs";
-import type { Logger } from "../../sinks/log.ts";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { Logger } from "../../telemetry/log.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import { RECORD_FORMAT_VERSION, serializeRecord, type DataRecord, type HeaderRecord, type RecordedSender, type RecordEntry } from "./format.ts";
 
 export interface RecordWriterOptions {

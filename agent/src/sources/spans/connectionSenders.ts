@@ -13,7 +13,7 @@
 import { BoundedMap } from "../../boundedMap.ts";
 import type { Socket } from "node:net";
 import { canonicalAddress } from "../../ipAddress.ts";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { AcceptedConnection } from "./procNetTcp.ts";
 import type { SocketOwner } from "./socketOwner.ts";
 

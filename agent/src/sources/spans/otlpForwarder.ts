@@ -3,7 +3,7 @@
 // never costs it its traces. A bounded queue with one sender: when the
 // upstream is slow or down, batches are dropped and counted, never buffered
 // without limit, and the receiver never waits for the upstream.
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { DropReason } from "../../vocabulary/drops.ts";
 
 export interface ForwardBatch {

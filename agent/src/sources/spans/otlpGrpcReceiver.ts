@@ -15,7 +15,7 @@
 import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { formatHostPort, parseHostPort } from "../../hostPort.ts";
-import type { SpanRejectReason } from "../../sinks/metrics.ts";
+import type { SpanRejectReason } from "../../telemetry/metrics.ts";
 import type { OtlpReceiver } from "./otlpReceiver.ts";
 import { encodeProtobufTraceResponse } from "./otlpProtobuf.ts";
 import type { SpanIntake } from "./spanIntake.ts";

@@ -11,7 +11,7 @@ import { readBoundedBody } from "./boundedBody.ts";
 import { encodeProtobufTraceResponse, type PartialSuccess } from "./otlpProtobuf.ts";
 import { isMediaType, type MediaType, type SpanIntake } from "./spanIntake.ts";
 import { parseHostPort } from "../../hostPort.ts";
-import type { SpanRejectReason } from "../../sinks/metrics.ts";
+import type { SpanRejectReason } from "../../telemetry/metrics.ts";
 
 export interface OtlpReceiverOptions {
   /** host:port ("[::1]:4318" for IPv6); port 0 picks a free one. */

@@ -6,7 +6,7 @@
 import type { Socket } from "node:net";
 import { readFile, readlink } from "node:fs/promises";
 import path from "node:path";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import { parseNsPids } from "../targets/pidNamespace.ts";
 import { ConnectionSenders } from "./connectionSenders.ts";
 import { type ForwarderSelector, matchForwarder } from "./forwarders.ts";

@@ -6,7 +6,7 @@
 // them); age is measured from when a span was received, on the injected
 // millisecond clock, so a replay evicts exactly like the live run.
 import { BoundedMap } from "../../boundedMap.ts";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { IndexedSpan } from "./indexedSpans.ts";
 
 export interface SpanIndexOptions {

@@ -8,8 +8,8 @@
 // can throw out of here.
 import type { Socket } from "node:net";
 import { isRejectedStatusWrite } from "../../correlate/spanVerdict.ts";
-import type { Logger } from "../../sinks/log.ts";
-import type { AgentMetrics, SpanRejectReason } from "../../sinks/metrics.ts";
+import type { Logger } from "../../telemetry/log.ts";
+import type { AgentMetrics, SpanRejectReason } from "../../telemetry/metrics.ts";
 import { type IndexedSpan, type SpanProcess, toIndexedSpans } from "./indexedSpans.ts";
 import { createOtlpForwarder, type OtlpForwarder } from "./otlpForwarder.ts";
 import { decodeJsonTraceRequest } from "./otlpJson.ts";

@@ -4,8 +4,8 @@
 // process that is not a target sent in the meantime.
 import { existsSync } from "node:fs";
 import path from "node:path";
-import type { Logger } from "../../sinks/log.ts";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { Logger } from "../../telemetry/log.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 import { BoundedSet } from "../../boundedMap.ts";
 import type { TargetWatcher } from "./targetWatcher.ts";

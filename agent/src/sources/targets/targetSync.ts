@@ -6,10 +6,10 @@
 // did: a process that loses a write and exits (a crash, a Job) would
 // otherwise take its loss out of /metrics before anyone saw it.
 import { BoundedMap } from "../../boundedMap.ts";
-import type { Logger } from "../../sinks/log.ts";
+import type { Logger } from "../../telemetry/log.ts";
 import type { SyscallCounterKey } from "../probe/controlChannel.ts";
-import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../sinks/lossMetrics.ts";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import { initWorkloadSeries, removePodSeries, workloadLabels } from "../../telemetry/workloadSeries.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { ExecAdmission } from "./execAdmission.ts";
 import type { TargetChanges, TargetWatcher } from "./targetWatcher.ts";
 

@@ -9,7 +9,7 @@ import { BoundedMap } from "../../boundedMap.ts";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import type { ProcessIdentity } from "../../model.ts";
-import type { AgentMetrics } from "../../sinks/metrics.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import { parseNsPids, readNsPids } from "./pidNamespace.ts";
 import { cmdlineText, readProcess } from "./processTable.ts";
 import { diffTargets, ruleFor, scanTargets, type Target, type TargetRules } from "./targetRules.ts";

@@ -1,6 +1,6 @@
 // Answers as the TLS client read them, in place of bytes on the wire, for the
 // connections of targets whose OpenSSL a TLS program follows
-// (tlsProbeProgram.ts). On the wire a TLS 1.3 session ticket that arrives
+// (probes/tls_answers.bt). On the wire a TLS 1.3 session ticket that arrives
 // after the first request of a fresh connection looks like its answer; the
 // TLS program knows better, and prints, when a connection it follows reaches
 // CLOSE, the plaintext bytes still unanswered (tls_close).

@@ -9,12 +9,11 @@
 // that, and for targets found running, twice as long each time up to a
 // minute: most such targets never will (Go operators), and each look reads
 // its maps.
-// Verdicts go to TlsAnswers; its drain timer releases what waited for them.
-import { startAdaptiveTicker, type AdaptiveTicker } from "../../adaptiveTicker.ts";
+// Verdicts and attachments go into the probe records' queue, to the loss
+// graph's TLS answers (tlsAnswers.ts), in the order they came.
 import type { ProbeRecord } from "../probe/probeOutput.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import { newExportsCache, openSslOf, type ExportsCache } from "./openSslOf.ts";
-import type { TlsAnswers } from "./tlsAnswers.ts";
 import { renderTlsProgram } from "./tlsProbeProgram.ts";
 
 /** Targets added and removed (a TargetWatcher change, or a recheck of the targets without OpenSSL yet). */
@@ -25,13 +24,10 @@ interface PidChanges {
 }
 
 export interface TlsProbesOptions extends UprobeContext {
-  answers: TlsAnswers;
   /** A verdict line, to be judged with the socket probe's records (in their queue). */
   onVerdict: (record: ProbeRecord) => void;
-  /** The TLS program of `pid` attached (true, following it since kernel time `atNs`) or went away (false): to be told to `answers` in order with the records. */
+  /** The TLS program of `pid` attached (true, following it since kernel time `atNs`) or went away (false): to be told in order with the records. */
   onAttached: (pid: number, attached: boolean, atNs: bigint) => void;
-  /** How often waiting records are released (default 25 ms). */
-  drainIntervalMs?: number;
   /** How often a target without OpenSSL is looked at again while young, and first after that (default 10 ms; then twice as long each time, up to 60 s). */
   recheckIntervalMs?: number;
   /** How long after its exec a target is young (default 3 s). */
@@ -66,11 +62,11 @@ export class TlsProbes {
   /** Targets with no OpenSSL found yet → when to look again. */
   readonly #pending = new Map<number, NextLook>();
   readonly #exportsCache: ExportsCache = newExportsCache();
-  #ticker: AdaptiveTicker | null = null;
+  #started = false;
   #recheck: NodeJS.Timeout | null = null;
 
   constructor(opts: TlsProbesOptions) {
-    this.#o = { drainIntervalMs: 25, recheckIntervalMs: 10, youngMs: 3000, onLine: () => {}, ...opts };
+    this.#o = { recheckIntervalMs: 10, youngMs: 3000, onLine: () => {}, ...opts };
     this.#programs = new UprobePrograms({
       what: "TLS probe",
       attachedGauge: this.#o.metrics.tlsProbesAttached,
@@ -83,10 +79,7 @@ export class TlsProbes {
   }
 
   start(): void {
-    const answers = this.#o.answers;
-    const ticker = startAdaptiveTicker(() => answers.drain(this.#o.nowNs()), () => answers.busy, this.#o.drainIntervalMs, 1000);
-    answers.onWaiting(() => ticker.wake());
-    this.#ticker = ticker;
+    this.#started = true;
     this.#scheduleRecheck();
   }
 
@@ -94,7 +87,7 @@ export class TlsProbes {
   #scheduleRecheck(): void {
     if (this.#recheck) clearTimeout(this.#recheck);
     this.#recheck = null;
-    if (this.#pending.size === 0 || this.#ticker === null) return;
+    if (this.#pending.size === 0 || !this.#started) return;
     const earliest = Math.min(...[...this.#pending.values()].map((next) => next.dueMs));
     this.#recheck = setTimeout(() => {
       this.#recheck = null;
@@ -113,12 +106,10 @@ export class TlsProbes {
   }
 
   async stop(): Promise<void> {
-    this.#ticker?.stop();
-    this.#ticker = null;
+    this.#started = false;
     if (this.#recheck) clearTimeout(this.#recheck);
     this.#recheck = null;
     await this.#programs.stop();
-    this.#o.answers.flush();
   }
 
   #lookAgainLater(pid: number, atExec: boolean): void {

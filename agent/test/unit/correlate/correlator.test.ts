@@ -4,7 +4,7 @@ import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { Correlator, formatWallNs, type LossMeta } from "../../../src/correlate/correlator.ts";
 import { MonotonicClock } from "../../../src/correlate/monotonicClock.ts";
 import type { LossEvent, ProcessIdentity, SocketEvent } from "../../../src/model.ts";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { type IndexedSpan, toIndexedSpans } from "../../../src/sources/spans/indexedSpans.ts";
 import { decodeProtobufTraceRequest } from "../../../src/sources/spans/otlpProtobuf.ts";
 import { SpanIndex } from "../../../src/sources/spans/spanIndex.ts";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { execa } from "execa";
 import { z } from "zod";
-import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES } from "../../../src/telemetry/metrics.ts";
 import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS, VERDICTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";

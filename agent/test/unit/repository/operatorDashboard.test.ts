@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execa } from "execa";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { allPanels, dashboardQueries, loadDashboard } from "../../e2e/support/dashboardQueries.ts";
 import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
 import { repoPath } from "../../repoPath.ts";

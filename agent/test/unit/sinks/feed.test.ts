@@ -6,7 +6,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import { WebSocket } from "ws";
 import { attachEventFeed, type EventFeed, type EventFeedOptions } from "../../../src/sinks/feed.ts";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { sampleEvent } from "./sampleEvent.ts";
 
 let server: Server;

@@ -2,8 +2,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { LossEvent } from "../../../src/model.ts";
-import { BoundedLabel, recordLoss, recordSocketEvent, removePodSeries } from "../../../src/sinks/lossMetrics.ts";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { BoundedLabel, recordLoss } from "../../../src/sinks/lossMetrics.ts";
+import { recordSocketEvent, removePodSeries } from "../../../src/telemetry/workloadSeries.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 
 const event = (over: Partial<LossEvent>): LossEvent => ({
   kind: "status_write_lost", time: "2026-12-02T15:04:05.123456Z", node: "n1", namespace: "ops", pod: "op-1", container: "manager",

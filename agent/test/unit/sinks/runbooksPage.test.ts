@@ -6,7 +6,7 @@ import type { AddressInfo, Server } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { parse } from "yaml";
 import { startHttpServer } from "../../../src/sinks/httpServer.ts";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { renderRunbooksPage } from "../../../src/sinks/runbooksPage.ts";
 import { repoPath } from "../../repoPath.ts";
 

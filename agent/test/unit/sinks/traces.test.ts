@@ -7,8 +7,8 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { createLogger } from "../../../src/sinks/log.ts";
-import { AgentMetrics } from "../../../src/sinks/metrics.ts";
+import { createLogger } from "../../../src/telemetry/log.ts";
+import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { createTraceSink, lossAttributes } from "../../../src/sinks/traces.ts";
 import { sampleEvent } from "./sampleEvent.ts";
 

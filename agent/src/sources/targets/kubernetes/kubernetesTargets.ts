@@ -14,8 +14,8 @@ import { lookup } from "node:dns/promises";
 import { CoreV1Api, DiscoveryV1Api, KubeConfig } from "@kubernetes/client-node";
 import type { z } from "zod";
 import type { ProcessIdentity } from "../../../model.ts";
-import type { AgentMetrics } from "../../../sinks/metrics.ts";
-import type { Logger } from "../../../sinks/log.ts";
+import type { AgentMetrics } from "../../../telemetry/metrics.ts";
+import type { Logger } from "../../../telemetry/log.ts";
 import {
   endpointFromEnv,
   endpointFromServerUrl,

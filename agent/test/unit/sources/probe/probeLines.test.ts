@@ -1,8 +1,8 @@
 // The printf line table (probeLines.ts) against everything else that states a
 // probe line's layout: the record types the rest of the agent reads, every
-// printf("…") of every probes/*.bt (IPv4 and IPv6 variants alike), and the
-// OUTPUT section and samples of every probe's header comment. No root: the
-// .bt files are read as text.
+// printf("…") of every probes/*.bt (IPv4 and IPv6 variants alike; the TLS
+// template as rendered), and the OUTPUT section and samples of every probe's
+// header comment. No root: the .bt files are read as text.
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
@@ -89,7 +89,7 @@ function headerOutputKinds(text: string): Map<string, string[]> {
   const end = lines.findIndex((line, i) => i > start && /^ \* (Sample\b|[A-Z][A-Z ]+\. )/.test(line));
   const kinds = new Map<string, string[]>();
   for (const line of lines.slice(start, end)) {
-    const m = /^ \* {3}([a-z]+) +(.*)$/.exec(line);
+    const m = /^ \* {3}([a-z_]+) +(.*)$/.exec(line);
     if (!m) continue;
     const names = m[2]!.split(/\s+/);
     const upper = names.findIndex((word) => !/^[A-Z][A-Z0-9_]*$/.test(word));
@@ -167,11 +167,21 @@ void describe("the printf line table", () => {
   });
 });
 
+/** The TLS program's template, checked through what it renders to: BEGIN, the tick and the follow lines come from the part every uprobe program shares. */
+const TLS_TEMPLATE = "tls_answers.bt";
+const renderedTls = (): string => renderTlsProgram({ library: "/proc/1/fd/3", programId: 0, pids: [42], execWatch: false });
+
 for (const probe of PROBES) {
-  const kinds = probe.name === "apiserver_sockets.bt" ? SOCKET_KINDS : SOCKET_KINDS.filter((kind) => !SOCKETS_VARIANT_ONLY.includes(kind));
+  const kinds =
+    probe.name === TLS_TEMPLATE
+      ? (Object.keys(PROBE_FAMILIES.tls) as PrintfKind[])
+      : probe.name === "apiserver_sockets.bt"
+        ? SOCKET_KINDS
+        : SOCKET_KINDS.filter((kind) => !SOCKETS_VARIANT_ONLY.includes(kind));
+  const program = probe.name === TLS_TEMPLATE ? renderedTls() : probe.text;
   void describe(`probes/${probe.name}`, () => {
     void it("prints every kind of the table, each printf with one conversion per field in the table's order and type", () => {
-      assert.deepEqual(printfProblems(probe.name, probe.text, kinds), []);
+      assert.deepEqual(printfProblems(probe.name, program, kinds), []);
     });
 
     void it("lists every kind in its header's OUTPUT section with the table's fields", () => {

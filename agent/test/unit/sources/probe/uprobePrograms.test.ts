@@ -7,8 +7,8 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { Logger } from "../../../../src/sinks/log.ts";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import type { Logger } from "../../../../src/telemetry/log.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { FollowChannel } from "../../../../src/sources/probe/followChannel.ts";
 import { UprobePrograms } from "../../../../src/sources/probe/uprobePrograms.ts";
 

@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { parseRecordLine } from "../../../../src/sources/record/format.ts";
 import { openRecordReader, type BadRecord } from "../../../../src/sources/record/reader.ts";
 import { openRecordWriter } from "../../../../src/sources/record/writer.ts";

@@ -8,7 +8,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { gzipSync } from "node:zlib";
 import { SpanKind } from "@opentelemetry/api";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { startOtlpReceiver } from "../../../../src/sources/spans/otlpReceiver.ts";
 import { SpanIntake } from "../../../../src/sources/spans/spanIntake.ts";
 import { jsonBody, protobufBody } from "./otlpSpans.ts";

@@ -11,7 +11,7 @@ import * as grpc from "@grpc/grpc-js";
 import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-grpc";
 import { ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import type { IndexedSpan } from "../../../../src/sources/spans/indexedSpans.ts";
 import { decodeProtobufTraceRequest } from "../../../../src/sources/spans/otlpProtobuf.ts";
 import { EXPORT_PATH, peerAddress, startOtlpGrpcReceiver } from "../../../../src/sources/spans/otlpGrpcReceiver.ts";

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { gzipSync } from "node:zlib";
 import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import type { IndexedSpan } from "../../../../src/sources/spans/indexedSpans.ts";
 import { type OtlpReceiver, startOtlpReceiver } from "../../../../src/sources/spans/otlpReceiver.ts";
 import { SpanIntake } from "../../../../src/sources/spans/spanIntake.ts";

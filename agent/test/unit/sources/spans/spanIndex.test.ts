@@ -4,7 +4,7 @@ import { readFile } from "node:fs/promises";
 import { describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { SpanKind } from "@opentelemetry/api";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { type IndexedSpan, toIndexedSpans } from "../../../../src/sources/spans/indexedSpans.ts";
 import { decodeProtobufTraceRequest } from "../../../../src/sources/spans/otlpProtobuf.ts";
 import { SpanIndex } from "../../../../src/sources/spans/spanIndex.ts";

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { request } from "node:http";
 import { after, before, describe, test } from "node:test";
 import { ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { type OtlpReceiver, startOtlpReceiver } from "../../../../src/sources/spans/otlpReceiver.ts";
 import { SpanIndex } from "../../../../src/sources/spans/spanIndex.ts";
 import { SpanIntake } from "../../../../src/sources/spans/spanIntake.ts";

@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
-import { AgentMetrics } from "../../../../src/sinks/metrics.ts";
+import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { parseAgentIdentity, readAgentIdentity } from "../../../../src/sources/targets/agentIdentity.ts";
 import { TargetWatcher, type TargetChanges } from "../../../../src/sources/targets/targetWatcher.ts";
 

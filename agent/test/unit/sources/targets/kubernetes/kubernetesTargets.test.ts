@@ -9,8 +9,8 @@ import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
-import { AgentMetrics } from "../../../../../src/sinks/metrics.ts";
-import type { Logger } from "../../../../../src/sinks/log.ts";
+import { AgentMetrics } from "../../../../../src/telemetry/metrics.ts";
+import type { Logger } from "../../../../../src/telemetry/log.ts";
 import { KubernetesTargets, type KubeTarget } from "../../../../../src/sources/targets/kubernetes/kubernetesTargets.ts";
 import type { ApiserverEndpoint } from "../../../../../src/sources/targets/kubernetes/apiserverEndpoints.ts";
 

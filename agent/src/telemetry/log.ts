@@ -1,11 +1,8 @@
-// JSON lines: the loss-event log (one line per event, the LossEvent schema of model.ts)
-// and the agent's own small logger. Bad input from outside is logged, never
-// thrown, and a flood of the same complaint must not flood the log: the
-// rate-limited forms print a key at most once per interval and say how many
-// they held back.
+// The agent's own small logger, JSON lines. Bad input from outside is
+// logged, never thrown, and a flood of the same complaint must not flood the
+// log: the rate-limited forms print a key at most once per interval and say
+// how many they held back.
 import { BoundedMap, BoundedSet } from "../boundedMap.ts";
-import type { LossEvent } from "../model.ts";
-import type { AgentMetrics } from "./metrics.ts";
 
 export type LogLevel = "info" | "warn" | "error";
 export type LogFields = Record<string, unknown>;
@@ -83,39 +80,4 @@ function jsonSafe(_key: string, value: unknown): unknown {
   if (typeof value === "bigint") return value.toString();
   if (value instanceof Error) return { name: value.name, message: value.message };
   return value;
-}
-
-export interface EventLogOptions {
-  metrics: AgentMetrics;
-  /**
-   * Bytes the stream may hold unwritten before events are dropped (counted in
-   * lostwrite_events_dropped_total{stage="log",reason="queue_full"}). A stuck
-   * stdout pipe must not grow the agent's memory. Default 4 MiB.
-   */
-  maxBufferedBytes?: number;
-}
-
-export interface EventLog {
-  write(event: LossEvent): void;
-}
-
-/** One JSON line per loss event, exactly the event schema, nothing added. */
-export function createEventLog(out: NodeJS.WritableStream, opts: EventLogOptions): EventLog {
-  const maxBufferedBytes = opts.maxBufferedBytes ?? 4 * 1024 * 1024;
-  opts.metrics.eventsDropped.inc({ stage: "log", reason: "queue_full" }, 0);
-  return {
-    write(event) {
-      const text = JSON.stringify(event) + "\n";
-      if (bufferedBytes(out) + text.length > maxBufferedBytes) {
-        opts.metrics.eventsDropped.inc({ stage: "log", reason: "queue_full" });
-        return;
-      }
-      out.write(text);
-    },
-  };
-}
-
-function bufferedBytes(out: NodeJS.WritableStream): number {
-  const length = (out as { writableLength?: unknown }).writableLength;
-  return typeof length === "number" ? length : 0;
 }

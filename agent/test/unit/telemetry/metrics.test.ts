@@ -9,10 +9,11 @@ import { after, before, describe, it } from "node:test";
 import { execa } from "execa";
 import { Registry } from "prom-client";
 import { startHttpServer, negotiateMetricsFormat } from "../../../src/sinks/httpServer.ts";
-import { recordLoss, removePodSeries } from "../../../src/sinks/lossMetrics.ts";
-import { AgentMetrics, EXEMPLAR_LABELS_MAX_CHARS, EXEMPLAR_METRICS, traceExemplar } from "../../../src/sinks/metrics.ts";
+import { recordLoss } from "../../../src/sinks/lossMetrics.ts";
+import { removePodSeries } from "../../../src/telemetry/workloadSeries.ts";
+import { AgentMetrics, EXEMPLAR_LABELS_MAX_CHARS, EXEMPLAR_METRICS, traceExemplar } from "../../../src/telemetry/metrics.ts";
 import { MONITORING_GENERATIONS, skipUnlessCI } from "../../e2e/support/tools.ts";
-import { sampleEvent } from "./sampleEvent.ts";
+import { sampleEvent } from "../sinks/sampleEvent.ts";
 
 const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
 const SPAN = "00f067aa0ba902b7";
