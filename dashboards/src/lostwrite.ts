@@ -238,15 +238,16 @@ const agentHealth = [
   }),
   timeseriesPanel({
     id: 20,
-    title: "Probe restarts by reason, changes not acknowledged",
+    title: "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures",
     description:
-      "bpftrace restarts by the agent's supervisor in the last 15 minutes (the window of alert LostwriteProbeRestarting, which fires above 2): exited, heartbeat_missed, spawn_failed. Also target or endpoint changes the probe never acknowledged after every retry (lostwrite_probe_control_failures_total): the kernel may be missing a target; /readyz fails meanwhile.",
+      "bpftrace restarts by the agent's supervisor in the last 15 minutes (the window of alert LostwriteProbeRestarting, which fires above 2): exited, heartbeat_missed, spawn_failed. Also target or endpoint changes the probe never acknowledged after every retry (lostwrite_probe_control_failures_total): the kernel may be missing a target; /readyz fails meanwhile. And failed lists and watches of Kubernetes mode (lostwrite_kubernetes_watch_errors_total): forbidden or unauthorized means the agent's ServiceAccount lacks a permission, and the agent no longer learns of new pods or apiserver endpoints.",
     unit: "short",
     decimals: 0,
     at: { x: 8, y: 47, w: 8, h: 6 },
     queries: [
       { expr: `sum by (node, reason) (increase(lostwrite_probe_restarts_total{${AGENT}}[15m]))`, legend: "{{node}} {{reason}}" },
       { expr: `sum by (node) (increase(lostwrite_probe_control_failures_total{${AGENT}}[15m]))`, legend: "{{node}} change not acknowledged" },
+      { expr: `sum by (node, resource, reason) (increase(lostwrite_kubernetes_watch_errors_total{${AGENT}}[15m]))`, legend: "{{node}} {{resource}} watch {{reason}}" },
     ],
   }),
   tablePanel({

@@ -19,6 +19,10 @@ export const SPAN_REJECT_REASONS = [
 ] as const;
 export type SpanRejectReason = (typeof SPAN_REJECT_REASONS)[number];
 export const TARGET_SOURCES = ["pid", "comm", "cmdline", "kubernetes"] as const;
+/** What Kubernetes mode lists and watches (its ClusterRole grants exactly these). */
+export const KUBERNETES_WATCHED = ["pods", "endpointslices"] as const;
+/** Why a list or watch failed: RBAC or credentials (the agent is blind until fixed), or anything else (retried). */
+export const KUBERNETES_WATCH_ERRORS = ["forbidden", "unauthorized", "other"] as const;
 /**
  * lostwrite_go_targets: how a Go target is covered. "requests": followed one
  * by one; "unverified_layout": its HTTP/2 client is of a Go or x/net version
@@ -204,6 +208,12 @@ export class AgentMetrics {
     help: "Target or endpoint changes the probe did not acknowledge after every retry.",
     registers: [this.registry],
   });
+  readonly kubernetesWatchErrors = new Counter({
+    name: "lostwrite_kubernetes_watch_errors_total",
+    help: "Failed lists and watches of this node's pods or the kubernetes EndpointSlice, by resource and reason.",
+    labelNames: ["resource", "reason"],
+    registers: [this.registry],
+  });
   readonly probeEventsLost = new Counter({
     name: "lostwrite_probe_events_lost_total",
     help: "Events the kernel dropped before bpftrace read them.",
@@ -293,6 +303,9 @@ export class AgentMetrics {
     for (const coverage of GO_COVERAGES) this.goTargets.set({ coverage }, 0);
     for (const reason of SPAN_REJECT_REASONS) this.spansRejected.inc({ reason }, 0);
     for (const source of TARGET_SOURCES) this.targets.set({ source }, 0);
+    for (const resource of KUBERNETES_WATCHED) {
+      for (const reason of KUBERNETES_WATCH_ERRORS) this.kubernetesWatchErrors.inc({ resource, reason }, 0);
+    }
     this.probeUp.set(0);
     this.probeEventsLost.inc(0);
     this.probeControlFailures.inc(0);

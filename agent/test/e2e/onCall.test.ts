@@ -51,8 +51,10 @@ const UPROBES_PANEL = "Uprobe programs: Go requests and TLS answers attached, Go
 
 // Panels whose series are zero by design in a healthy agent: data is a series, not a non-zero value.
 const ZERO_BY_DESIGN = new Set([
-  "Probe restarts by reason, changes not acknowledged [A]",
-  "Probe restarts by reason, changes not acknowledged [B]",
+  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [A]",
+  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [B]",
+  // Not in Kubernetes mode here.
+  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [C]",
   "Kernel-dropped probe events/s",
   "Probe parse errors/s",
   "Pipeline drops/s by stage and reason",

@@ -73,6 +73,7 @@ void test("the alerts the on-call contract names all exist", () => {
     "LostwriteApiserverConnectFailures",
     "LostwriteApiserverWriteFailureRatioHigh",
     "LostwriteKernelDroppingEvents",
+    "LostwriteKubernetesAccessDenied",
     "LostwritePipelineDroppingEvents",
     "LostwriteProbeDown",
     "LostwriteProbeRestarting",

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { execa } from "execa";
 import { z } from "zod";
-import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES } from "../../../src/telemetry/metrics.ts";
+import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES, KUBERNETES_WATCHED, KUBERNETES_WATCH_ERRORS } from "../../../src/telemetry/metrics.ts";
 import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS, VERDICTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
@@ -95,6 +95,8 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_events_dropped_total", label: "reason", values: DROP_REASONS },
   { metric: "lostwrite_events_dropped_total", label: "stage", values: DROP_STAGES },
   { metric: "lostwrite_targets", label: "source", values: TARGET_SOURCES },
+  { metric: "lostwrite_kubernetes_watch_errors_total", label: "resource", values: KUBERNETES_WATCHED },
+  { metric: "lostwrite_kubernetes_watch_errors_total", label: "reason", values: KUBERNETES_WATCH_ERRORS },
   { metric: "lostwrite_probe_info", label: "answer_rule", values: Object.values(ANSWER_RULES) },
 ];
 

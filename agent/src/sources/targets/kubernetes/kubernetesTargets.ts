@@ -14,7 +14,7 @@ import { lookup } from "node:dns/promises";
 import { CoreV1Api, DiscoveryV1Api, KubeConfig } from "@kubernetes/client-node";
 import type { z } from "zod";
 import type { ProcessIdentity } from "../../../model.ts";
-import type { AgentMetrics } from "../../../telemetry/metrics.ts";
+import type { AgentMetrics, KUBERNETES_WATCH_ERRORS, KUBERNETES_WATCHED } from "../../../telemetry/metrics.ts";
 import type { Logger } from "../../../telemetry/log.ts";
 import {
   endpointFromEnv,
@@ -357,11 +357,26 @@ export class KubernetesTargets {
     this.#opts.log.warnRateLimited(`kubernetes-capacity-${what}`, `kubernetes ${what} at capacity; dropping`, {});
   }
 
-  #watchError(what: string, err: unknown): void {
+  #watchError(what: (typeof KUBERNETES_WATCHED)[number], err: unknown): void {
+    const reason = watchErrorReason(err);
+    // Counted, not only logged: a ClusterRole that lacks a verb leaves the
+    // agent blind to new pods, and on-call reads the dashboard, not the log.
+    this.#opts.metrics.kubernetesWatchErrors.inc({ resource: what, reason });
     this.#opts.log.warnRateLimited(`kubernetes-watch-${what}`, `watching ${what} failed; retrying`, {
+      reason,
       error: err instanceof Error ? err.message : String(err),
     });
   }
+}
+
+/** Why a list or watch failed, from the client's error: its HTTP status where it has one, else its message. */
+export function watchErrorReason(err: unknown): (typeof KUBERNETES_WATCH_ERRORS)[number] {
+  const { code, statusCode } = (typeof err === "object" && err !== null ? err : {}) as { code?: unknown; statusCode?: unknown };
+  const status = typeof code === "number" ? code : typeof statusCode === "number" ? statusCode : null;
+  const text = err instanceof Error ? err.message : String(err);
+  if (status === 403 || (status === null && /\bforbidden\b/i.test(text))) return "forbidden";
+  if (status === 401 || (status === null && /\bunauthori[sz]ed\b/i.test(text))) return "unauthorized";
+  return "other";
 }
 
 /** A kubeconfig file when given, else the default chain ($KUBECONFIG, ~/.kube/config, in-cluster). */

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import { AgentMetrics } from "../../../../../src/telemetry/metrics.ts";
 import type { Logger } from "../../../../../src/telemetry/log.ts";
-import { KubernetesTargets, type KubeTarget } from "../../../../../src/sources/targets/kubernetes/kubernetesTargets.ts";
+import { KubernetesTargets, watchErrorReason, type KubeTarget } from "../../../../../src/sources/targets/kubernetes/kubernetesTargets.ts";
 import type { ApiserverEndpoint } from "../../../../../src/sources/targets/kubernetes/apiserverEndpoints.ts";
 
 const MANAGER = "1".repeat(64);
@@ -29,6 +29,8 @@ class FakeApiserver {
     ["/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", new Map()],
   ]);
   readonly #watchers = new Map<string, Set<ServerResponse>>();
+  /** Paths answered 403, as an apiserver answers a ServiceAccount its ClusterRole does not cover. */
+  readonly forbidden = new Set<string>();
   readonly #server = createServer((req, res) => this.#handle(req, res));
 
   async listen(): Promise<string> {
@@ -67,6 +69,11 @@ class FakeApiserver {
     const store = this.#stores.get(url.pathname);
     if (!store) {
       res.writeHead(404).end();
+      return;
+    }
+    if (this.forbidden.has(url.pathname)) {
+      res.writeHead(403, { "content-type": "application/json" });
+      res.end(JSON.stringify({ kind: "Status", apiVersion: "v1", status: "Failure", reason: "Forbidden", code: 403, message: `forbidden: ${url.pathname}` }));
       return;
     }
     if (url.searchParams.get("watch") === "true") {
@@ -308,4 +315,27 @@ void test("an invalid node name is refused with the value quoted", () => {
     () => new KubernetesTargets({ nodeName: "", kubeConfig: new KubeConfig(), metrics: new AgentMetrics(), log: silentLogger([]) }),
     /nodeName "" is not a valid node name/,
   );
+});
+
+void test("a list or watch the ServiceAccount may not make is counted by resource and reason, not only logged", async (t) => {
+  const { api, targets, metrics } = await setup(t);
+  api.forbidden.add(SLICES);
+  await targets.start().catch(() => undefined);
+  const forbidden = async (): Promise<number> =>
+    (await metrics.registry.getSingleMetric("lostwrite_kubernetes_watch_errors_total")!.get()).values.find(
+      (v) => v.labels.resource === "endpointslices" && v.labels.reason === "forbidden",
+    )?.value ?? 0;
+  const deadline = Date.now() + 5000;
+  while ((await forbidden()) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  assert.ok((await forbidden()) >= 1, "the forbidden EndpointSlice list is counted as forbidden");
+});
+
+void test("watch errors are told apart by HTTP status, else by message", () => {
+  assert.equal(watchErrorReason({ code: 403, body: "{}" }), "forbidden");
+  assert.equal(watchErrorReason({ statusCode: 401 }), "unauthorized");
+  assert.equal(watchErrorReason(new Error("Forbidden")), "forbidden");
+  assert.equal(watchErrorReason(new Error("Unauthorized")), "unauthorized");
+  assert.equal(watchErrorReason(new Error("connect ECONNREFUSED 127.0.0.1:6443")), "other");
+  // A status wins over words in the message.
+  assert.equal(watchErrorReason({ code: 500, message: "forbidden fruit" }), "other");
 });
