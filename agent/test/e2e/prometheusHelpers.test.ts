@@ -1,4 +1,4 @@
-// Proves the Prometheus/Alertmanager helpers and the dashboard against each
+// Proves the Prometheus/Alertmanager helpers and both dashboards against each
 // generation users run (the current releases, built by `npm run tools`, and
 // Debian 12's 2.x packages): Prometheus scrapes a small prom-client server that serves an
 // AgentMetrics registry, every dashboard query runs through its HTTP API
@@ -10,9 +10,12 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { AgentMetrics } from "../../src/telemetry/metrics.ts";
 import { startAlertmanager, startWebhookReceiver } from "./support/alertmanager.ts";
-import { dashboardQueries } from "./support/dashboardQueries.ts";
+import { dashboardQueries, loadDashboard } from "./support/dashboardQueries.ts";
 import { startPrometheus } from "./support/prometheus.ts";
 import { MONITORING_GENERATIONS, skipUnlessCI } from "./support/tools.ts";
+import { repoPath } from "../repoPath.ts";
+
+const operatorDashboardPath = repoPath("dashboards/lostwrite-operator.json");
 
 const workload = { namespace: "ops", pod: "widget-operator-1", container: "manager", process: "manager" };
 
@@ -82,10 +85,13 @@ for (const generation of MONITORING_GENERATIONS) void test(
     // Enough scrapes for rate() over the dashboard's rate interval.
     await prometheus.waitFor('count_over_time(lostwrite_probe_up{node="e2e-node"}[1m])', (s) => (s[0]?.value ?? 0) >= 6);
 
+    // Both dashboards: the on-call one and one operator's drill-down.
     const empty: string[] = [];
-    for (const { panel, expr } of dashboardQueries({ rateInterval: "5s", range: "1m" })) {
-      const samples = await prometheus.query(expr); // throws on a query error, naming the expression
-      if (samples.length === 0) empty.push(panel);
+    for (const dashboard of [loadDashboard(), loadDashboard(operatorDashboardPath)]) {
+      for (const { panel, expr } of dashboardQueries({ rateInterval: "5s", range: "1m" }, dashboard)) {
+        const samples = await prometheus.query(expr); // throws on a query error, naming the expression
+        if (samples.length === 0) empty.push(panel);
+      }
     }
     assert.deepEqual(empty, [], "dashboard panels whose query returned no data");
 
