@@ -3,9 +3,9 @@
 // operator's trace and the span it belongs to, says whether the operator
 // noticed, and reaches every output: the stdout event log, the /events
 // WebSocket, `lostwrite tail --json`, and a `status write lost` span in the
-// operator's own trace at an OTLP collector. The operators' spans go to the
-// agent and on, through --otlp-forward, to the same collector: that is what
-// the events are compared with.
+// operator's own trace in Jaeger. The operators' spans go to the agent and on,
+// through --otlp-forward, to the same Jaeger: read back through its query
+// API, they are what the events are compared with.
 //
 // One agent watches two operator processes, `swallow` (namespace swallow) and
 // `correct` (namespace correct). Each reconciles over one long-lived HTTP/2
@@ -20,7 +20,8 @@ import WebSocket from "ws";
 import type { LossCause, LossEvent } from "../../src/model.ts";
 import { waitFor } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
-import { startTestbedStack, type CollectedSpan, type OperatorProcess, type TestbedStack } from "./support/testbedStack.ts";
+import type { JaegerSpan } from "./support/jaeger.ts";
+import { startTestbedStack, type OperatorProcess, type TestbedStack } from "./support/testbedStack.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 
@@ -89,8 +90,19 @@ describe("loss events joined with the operator's spans, on the real kernel", { s
       operator.log.some((line) => line.includes('"msg":"status written"') && line.includes(`"name":"${name}"`)), 15_000);
   }
 
-  function operatorSpan(spanId: string | null): CollectedSpan | undefined {
-    return stack.operatorSpans().find((s) => s.spanId === spanId);
+  /**
+   * The event's trace in Jaeger once it holds the client span the event
+   * names, that span's parent, and the agent's loss span (Jaeger stores what
+   * its receiver batched a moment after it arrived).
+   */
+  async function traceOf(event: LossEvent): Promise<JaegerSpan[]> {
+    let spans: JaegerSpan[] = [];
+    await waitFor(`trace ${event.trace_id} in Jaeger with the client, reconcile and loss spans`, async () => {
+      spans = (await stack.traces.trace(event.trace_id!)) ?? [];
+      const client = spans.find((s) => s.spanId === event.span_id);
+      return client !== undefined && spans.some((s) => s.spanId === client.parentSpanId) && spans.some((s) => s.name === "status write lost");
+    }, 10_000);
+    return spans;
   }
 
   /** Arms `rule` on the status write of a new Widget and waits for the loss event naming it. */
@@ -139,41 +151,35 @@ describe("loss events joined with the operator's spans, on the real kernel", { s
 
     // The span the event names is the operator's HTTP client span for this
     // status write, in the reconcile's trace, as the operator exported it.
-    const client = operatorSpan(event.span_id);
-    assert.ok(client, `the operator exported span ${event.span_id}: ${context}`);
-    assert.equal(client.traceId, event.trace_id);
-    assert.equal(client.kind, 3, "SPAN_KIND_CLIENT");
+    const trace = await traceOf(event);
+    const client = trace.find((s) => s.spanId === event.span_id)!;
+    assert.equal(client.tags["span.kind"], "client");
     assert.equal(client.name, "PATCH");
-    assert.equal(client.attributes["url.path"], statusPath(namespace, name));
-    assert.equal(client.resource["service.name"], operator.serviceName);
+    assert.equal(client.tags["url.path"], statusPath(namespace, name));
+    assert.equal(client.service, operator.serviceName);
     assert.equal(client.resource["process.pid"], operator.pid);
-    const reconcile = operatorSpan(client.parentSpanId);
-    assert.ok(reconcile, "the client span's parent reached the collector");
+    const reconcile = trace.find((s) => s.spanId === client.parentSpanId)!;
     assert.equal(reconcile.name, "reconcile Widget");
-    assert.equal(reconcile.attributes.name, name);
-    assert.equal(reconcile.statusCode, operator.mode === "swallow" ? 0 : 2, "the operator's own verdict");
+    assert.equal(reconcile.tags.name, name);
+    // The operator's own verdict: a swallowing operator leaves the status unset.
+    assert.equal(reconcile.tags["otel.status_code"], operator.mode === "swallow" ? undefined : "ERROR");
 
     // The agent's span sits under that client span, in the operator's trace.
-    const lost = await waitForSpan(() => stack.lossSpans().find((s) => s.traceId === event.trace_id));
-    assert.equal(lost.parentSpanId, event.span_id);
-    assert.equal(lost.statusCode, 2, "status ERROR");
-    assert.equal(lost.resource["service.name"], "lostwrite");
-    assert.equal(lost.attributes["lostwrite.cause"], fault.cause);
-    assert.equal(lost.attributes["lostwrite.noticed"], event.noticed);
-    assert.equal(lost.attributes["server.port"], stack.apiserver.port);
+    const lost = trace.filter((s) => s.name === "status write lost");
+    assert.equal(lost.length, 1, `one loss span in the trace: ${JSON.stringify(lost)}`);
+    assert.equal(lost[0]!.parentSpanId, event.span_id);
+    assert.equal(lost[0]!.tags["otel.status_code"], "ERROR");
+    assert.equal(lost[0]!.service, "lostwrite");
+    assert.equal(lost[0]!.tags["lostwrite.cause"], fault.cause);
+    assert.equal(lost[0]!.tags["lostwrite.noticed"], event.noticed);
+    assert.equal(lost[0]!.tags["server.port"], stack.apiserver.port);
     if (fault.cause !== "http_rejected") {
-      assert.equal(lost.attributes["process.pid"], operator.pid);
+      assert.equal(lost[0]!.tags["process.pid"], operator.pid);
       // At the kernel time of the failure: within the client span, not when the event was emitted.
-      assert.ok(lost.startTimeUnixNano >= client.startTimeUnixNano, "the loss is not before the request started");
+      assert.ok(lost[0]!.startTimeUs >= client.startTimeUs, "the loss is not before the request started");
     } else {
-      assert.equal(lost.attributes["http.response.status_code"], 409);
+      assert.equal(lost[0]!.tags["http.response.status_code"], 409);
     }
-  }
-
-  async function waitForSpan(find: () => CollectedSpan | undefined): Promise<CollectedSpan> {
-    let span: CollectedSpan | undefined;
-    await waitFor("the exported `status write lost` span", () => (span = find()) !== undefined, 10_000);
-    return span!;
   }
 
   for (const fault of FAULTS) {
@@ -247,10 +253,9 @@ describe("loss events joined with the operator's spans, on the real kernel", { s
     assert.deepEqual(printed, logged, err);
   });
 
-  it("forwarded the operators' batches unchanged and rejected nothing", async () => {
-    assert.deepEqual(stack.collector!.rejected, []);
-    const services = new Set(stack.operatorSpans().map((s) => s.resource["service.name"]));
-    assert.deepEqual([...services].sort(), [correct.serviceName, swallow.serviceName].sort());
+  it("forwarded both operators' spans to the trace backend, and dropped none", async () => {
+    const services = await stack.traces.services();
+    assert.deepEqual(services.filter((s) => s !== "lostwrite").sort(), [correct.serviceName, swallow.serviceName].sort());
     assert.equal(await stack.agent.metric("lostwrite_events_dropped_total", { stage: "otlp_forward" }), 0);
     assert.equal(await stack.agent.metric("lostwrite_probe_parse_errors_total"), 0);
   });

@@ -105,8 +105,8 @@ describe("exemplars: a loss's trace id reaches Prometheus's exemplar storage", {
     assert.match(event!.trace_id ?? "", /^[0-9a-f]{32}$/, context);
     assert.match(event!.span_id ?? "", /^[0-9a-f]{16}$/, context);
     // The ids are the operator's own: its client span for this write, as it exported it.
-    await waitFor("the operator's client span at the collector", () =>
-      stack.operatorSpans().some((s) => s.spanId === event!.span_id && s.traceId === event!.trace_id), 10_000);
+    await waitFor("the operator's client span in the trace backend", async () =>
+      ((await stack.traces.trace(event!.trace_id!)) ?? []).some((s) => s.spanId === event!.span_id), 10_000);
   });
 
   it("query_exemplars on lostwrite_status_write_lost_total finds the loss's trace and span ids", async () => {

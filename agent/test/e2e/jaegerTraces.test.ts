@@ -11,7 +11,7 @@ import { after, before, describe, it } from "node:test";
 import type { LossEvent } from "../../src/model.ts";
 import { waitFor } from "./support/agentProcess.ts";
 import { exemplarTraceLinkTemplates, fillLink, jaegerRequestOfExploreLink } from "./support/grafanaTraceLink.ts";
-import { fetchJaegerTrace, JAEGER_TOOL, startJaeger, type JaegerSpan, type RunningJaeger } from "./support/jaeger.ts";
+import { fetchJaegerTrace, JAEGER_TOOL, type JaegerSpan, type RunningJaeger } from "./support/jaeger.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { startPrometheus, type ExemplarSeries, type RunningPrometheus } from "./support/prometheus.ts";
 import { startTestbedStack, type OperatorProcess, type TestbedStack } from "./support/testbedStack.ts";
@@ -28,6 +28,7 @@ function skipReason(): string | false {
 }
 
 describe("Jaeger: the loss span lands in the operator's trace, and the dashboard's link opens it", { skip: skipReason(), timeout: 120_000 }, () => {
+  /** The stack's trace backend. */
   let jaeger: RunningJaeger;
   let stack: TestbedStack;
   let swallow: OperatorProcess;
@@ -37,13 +38,12 @@ describe("Jaeger: the loss span lands in the operator's trace, and the dashboard
   before(async () => {
     assertKernelRequirements();
     for (const tool of [prometheusTool, JAEGER_TOOL]) if (tool.path === null) throw new Error(tool.reason);
-    jaeger = await startJaeger();
     stack = await startTestbedStack({
       operators: [{ mode: "swallow", namespace: "swallow", workers: 1 }],
       correlationWindow: "2s",
-      traceBackend: jaeger,
     });
     [swallow] = stack.operators as [OperatorProcess];
+    jaeger = stack.traces;
     prometheus = await startPrometheus({
       target: stack.agent.url.replace(/^http:\/\//, ""),
       targetLabels: { node: "e2e-node" },
@@ -57,7 +57,6 @@ describe("Jaeger: the loss span lands in the operator's trace, and the dashboard
     }
     await prometheus?.stop();
     await stack?.close();
-    await jaeger?.stop();
   });
 
   let event: LossEvent | undefined;

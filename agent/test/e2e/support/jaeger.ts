@@ -30,8 +30,12 @@ export interface JaegerSpan {
   name: string;
   /** The resource's service.name. */
   service: string;
+  /** The resource's other attributes (process.pid, …), as Jaeger keeps them on the span's process. */
+  resource: Record<string, unknown>;
   /** Span attributes, with Jaeger's own (span.kind, otel.status_code, error). */
   tags: Record<string, unknown>;
+  /** Start, µs since the epoch (Jaeger's precision). */
+  startTimeUs: number;
 }
 
 const keyValues = z.array(z.object({ key: z.string(), value: z.unknown() }).loose()).nullish();
@@ -45,6 +49,7 @@ const uiTrace = z.object({
         operationName: z.string(),
         references: z.array(z.object({ refType: z.string(), traceID: z.string(), spanID: z.string() })).nullish(),
         processID: z.string(),
+        startTime: z.number(),
         tags: keyValues,
       })
       .loose(),
@@ -57,6 +62,9 @@ const traceAnswer = z.object({
   errors: z.array(z.object({ code: z.number().optional(), msg: z.string() }).loose()).nullish(),
 });
 
+/** GET /api/services. */
+const servicesAnswer = z.object({ data: z.array(z.string()).nullable() });
+
 const fullTraceId = (id: string): string => id.padStart(32, "0");
 
 function flatten(trace: z.infer<typeof uiTrace>): JaegerSpan[] {
@@ -66,7 +74,9 @@ function flatten(trace: z.infer<typeof uiTrace>): JaegerSpan[] {
     parentSpanId: span.references?.find((r) => r.refType === "CHILD_OF")?.spanID ?? "",
     name: span.operationName,
     service: trace.processes[span.processID]?.serviceName ?? "",
+    resource: Object.fromEntries((trace.processes[span.processID]?.tags ?? []).map(({ key, value }) => [key, value])),
     tags: Object.fromEntries((span.tags ?? []).map(({ key, value }) => [key, value])),
+    startTimeUs: span.startTime,
   }));
 }
 
@@ -94,6 +104,8 @@ export interface RunningJaeger {
   readonly otlpTracesUrl: string;
   /** The trace's spans as stored now, or null while Jaeger has none of it. */
   trace(traceId: string): Promise<JaegerSpan[] | null>;
+  /** The services Jaeger has spans of. */
+  services(): Promise<string[]>;
   /** Jaeger's log so far (for assertion messages). */
   output(): string;
   stop(): Promise<void>;
@@ -186,6 +198,7 @@ export async function startJaeger(tool: LocatedTool = JAEGER_TOOL): Promise<Runn
     otlpEndpoint,
     otlpTracesUrl: `${otlpEndpoint}/v1/traces`,
     trace: (traceId) => fetchJaegerTrace(`${url}/api/traces/${encodeURIComponent(traceId)}`),
+    services: async () => servicesAnswer.parse(await (await fetch(`${url}/api/services`, { signal: AbortSignal.timeout(10_000) })).json()).data ?? [],
     output: () => server.output(),
     stop,
     [Symbol.asyncDispose]: stop,

@@ -2,12 +2,11 @@
 // apiserver (in this process, so tests arm faults and write Widgets
 // directly), sample operator process(es) in a chosen mode sending their spans
 // to the agent over OTLP/HTTP, the agent (a child process, real bpftrace)
-// watching the operators' pids and the apiserver endpoint, and an OTLP
-// collector standing in for Tempo/Jaeger: it receives the operators' batches
+// watching the operators' pids and the apiserver endpoint, and Jaeger v2 as
+// the trace backend (support/jaeger.ts): it receives the operators' batches
 // through the agent's --otlp-forward and the agent's own `status write lost`
-// spans through the standard OTEL_EXPORTER_OTLP_* variables. With
-// `traceBackend` both go to a real trace backend instead (support/jaeger.ts),
-// and the collector is not started.
+// spans through the standard OTEL_EXPORTER_OTLP_* variables, and tests read
+// the traces back through its query API, as a user's dashboard link does.
 //
 // Order matters: the operators start first (they only list and watch, no
 // Widget exists yet, so no status write happens), then the agent with their
@@ -16,172 +15,20 @@
 // always runs, also when start-up fails half-way.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer } from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { z } from "zod";
 import { startApiserver, type Apiserver } from "../../../../testbed/apiserver/apiserver.ts";
 import type { Mode } from "../../../../testbed/operator/reconciler.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./agentProcess.ts";
+import { startJaeger, type RunningJaeger } from "./jaeger.ts";
 import { locateTool } from "./tools.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
 const node = path.join(repoRoot, "node_modules/.bin/node");
 
 export const WIDGETS = "demo.lostwrite.dev/v1/widgets";
-
-// ---------------------------------------------------------------- collector
-
-/** One span as an OTLP/JSON exporter sent it, flattened for assertions. */
-export interface CollectedSpan {
-  /** Which door it came in by: the agent's forward of operator spans, or the agent's own export. */
-  via: "forward" | "export";
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  /** OTLP SpanKind number: 1 internal, 3 client. */
-  kind: number;
-  /** OTLP status code: 0 unset, 1 ok, 2 error. */
-  statusCode: number;
-  startTimeUnixNano: bigint;
-  attributes: Record<string, string | number | boolean | null>;
-  resource: Record<string, string | number | boolean | null>;
-}
-
-const anyValue = z
-  .object({
-    stringValue: z.string().optional(),
-    intValue: z.union([z.string(), z.number()]).optional(),
-    doubleValue: z.number().optional(),
-    boolValue: z.boolean().optional(),
-  })
-  .loose();
-const keyValues = z.array(z.object({ key: z.string(), value: anyValue })).default([]);
-// OTLP/JSON: ids are hex strings, times decimal strings (or numbers), enums numbers.
-const otlpJsonRequest = z.object({
-  resourceSpans: z
-    .array(
-      z.object({
-        resource: z.object({ attributes: keyValues }).loose().default({ attributes: [] }),
-        scopeSpans: z
-          .array(
-            z.object({
-              spans: z
-                .array(
-                  z
-                    .object({
-                      traceId: z.string().regex(/^[0-9a-f]{32}$/),
-                      spanId: z.string().regex(/^[0-9a-f]{16}$/),
-                      parentSpanId: z.string().optional(),
-                      name: z.string(),
-                      kind: z.number().int().default(0),
-                      startTimeUnixNano: z.union([z.string(), z.number()]),
-                      attributes: keyValues,
-                      status: z.object({ code: z.number().int().optional() }).loose().optional(),
-                    })
-                    .loose(),
-                )
-                .default([]),
-            }),
-          )
-          .default([]),
-      }),
-    )
-    .default([]),
-});
-
-function flatten(attributes: z.infer<typeof keyValues>): CollectedSpan["attributes"] {
-  return Object.fromEntries(
-    attributes.map(({ key, value }) => [
-      key,
-      value.stringValue ??
-        (value.intValue !== undefined ? Number(value.intValue) : (value.doubleValue ?? value.boolValue ?? null)),
-    ]),
-  );
-}
-
-export interface OtlpCollector {
-  /** Base URL: the agent exports to it (OTEL_EXPORTER_OTLP_ENDPOINT → /v1/traces). */
-  readonly url: string;
-  /** Full URL for --otlp-forward. */
-  readonly forwardUrl: string;
-  readonly spans: CollectedSpan[];
-  /** Requests that were not OTLP/JSON trace requests ("content-type: body start"); a test expects none. */
-  readonly rejected: string[];
-  close(): Promise<void>;
-}
-
-const bodyLimit = 16 << 20;
-
-/** An OTLP/HTTP JSON trace receiver on 127.0.0.1 that keeps every span. */
-export async function startOtlpCollector(): Promise<OtlpCollector> {
-  const spans: CollectedSpan[] = [];
-  const rejected: string[] = [];
-  const server: Server = createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    request.on("data", (chunk: Buffer) => {
-      size += chunk.length;
-      if (size <= bodyLimit) chunks.push(chunk);
-    });
-    request.on("end", () => {
-      const via = request.url === "/forward/v1/traces" ? "forward" : request.url === "/v1/traces" ? "export" : null;
-      const body = Buffer.concat(chunks).toString("utf8");
-      let parsed: z.infer<typeof otlpJsonRequest> | null = null;
-      try {
-        parsed = via === null || !String(request.headers["content-type"]).startsWith("application/json")
-          ? null
-          : otlpJsonRequest.parse(JSON.parse(body));
-      } catch {
-        parsed = null;
-      }
-      if (parsed === null || via === null) {
-        rejected.push(`${request.method} ${request.url} ${String(request.headers["content-type"])}: ${body.slice(0, 200)}`);
-        response.writeHead(400).end();
-        return;
-      }
-      for (const rs of parsed.resourceSpans) {
-        const resource = flatten(rs.resource.attributes);
-        for (const ss of rs.scopeSpans) {
-          for (const s of ss.spans) {
-            spans.push({
-              via,
-              traceId: s.traceId,
-              spanId: s.spanId,
-              parentSpanId: s.parentSpanId ?? "",
-              name: s.name,
-              kind: s.kind,
-              statusCode: s.status?.code ?? 0,
-              startTimeUnixNano: BigInt(s.startTimeUnixNano),
-              attributes: flatten(s.attributes),
-              resource,
-            });
-          }
-        }
-      }
-      response.writeHead(200, { "content-type": "application/json" }).end("{}");
-    });
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    forwardUrl: `http://127.0.0.1:${port}/forward/v1/traces`,
-    spans,
-    rejected,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 // ---------------------------------------------------------------- operator
 
@@ -295,14 +142,6 @@ export interface OperatorOptions {
   throttleRetries?: number;
 }
 
-/** A real trace backend's OTLP/HTTP receiver (support/jaeger.ts's RunningJaeger is one). */
-export interface TraceBackend {
-  /** Base URL for the agent's OTEL_EXPORTER_OTLP_ENDPOINT. */
-  otlpEndpoint: string;
-  /** Full traces URL for the agent's --otlp-forward. */
-  otlpTracesUrl: string;
-}
-
 export interface StackOptions {
   /** One operator process each, OTEL_SERVICE_NAME `widget-operator-<mode>-<index>`. */
   operators: OperatorOptions[];
@@ -312,20 +151,14 @@ export interface StackOptions {
   nodeName?: string;
   /** More agent flags. */
   agentArgs?: string[];
-  /**
-   * Send the agent's `status write lost` spans and the operators' forwarded
-   * spans here instead of to the in-process collector (which is then not
-   * started: `collector` is null and operatorSpans()/lossSpans() throw).
-   */
-  traceBackend?: TraceBackend;
 }
 
 export interface TestbedStack {
   apiserver: Apiserver;
   agent: AgentProcess;
   operators: OperatorProcess[];
-  /** The in-process collector; null when the spans go to a `traceBackend`. */
-  collector: OtlpCollector | null;
+  /** The trace backend: the agent's `status write lost` spans and the operators' forwarded spans, by trace id. */
+  traces: RunningJaeger;
   /** "127.0.0.1:PORT", as the agent's events name the apiserver. */
   apiserverAddress: string;
   /** Creates a Widget (generation 1, no status): an operator reconciles it and writes status. */
@@ -334,10 +167,6 @@ export interface TestbedStack {
   bumpWidget(namespace: string, name: string): void;
   /** The Widget's stored status, or undefined. */
   statusOf(namespace: string, name: string): { observedGeneration?: number; phase?: string } | undefined;
-  /** Operator spans the agent forwarded (from the collector). */
-  operatorSpans(): CollectedSpan[];
-  /** `status write lost` spans the agent exported (from the collector). */
-  lossSpans(): CollectedSpan[];
   close(): Promise<void>;
 }
 
@@ -355,9 +184,8 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
   try {
     const dir = await mkdtemp(path.join(os.tmpdir(), "lostwrite-stack-"));
     teardown.push(() => rm(dir, { recursive: true, force: true }));
-    const collector = opts.traceBackend ? null : await startOtlpCollector();
-    if (collector) teardown.push(() => collector.close());
-    const exportTo = opts.traceBackend ?? { otlpEndpoint: collector!.url, otlpTracesUrl: collector!.forwardUrl };
+    const traces = await startJaeger();
+    teardown.push(() => traces.stop());
     const apiserver = await startApiserver({ dir });
     teardown.push(() => apiserver.close());
 
@@ -382,12 +210,12 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
         "--apiserver", `127.0.0.1:${apiserver.port}`,
         "--correlation-window", opts.correlationWindow ?? "3s",
         "--otlp-listen", `127.0.0.1:${otlpPort}`,
-        "--otlp-forward", exportTo.otlpTracesUrl,
+        "--otlp-forward", traces.otlpTracesUrl,
         "--node-name", opts.nodeName ?? "e2e-node",
         ...(opts.agentArgs ?? []),
       ],
       {
-        OTEL_EXPORTER_OTLP_ENDPOINT: exportTo.otlpEndpoint,
+        OTEL_EXPORTER_OTLP_ENDPOINT: traces.otlpEndpoint,
         OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
         OTEL_BSP_SCHEDULE_DELAY: "100",
         OTEL_SERVICE_NAME: "lostwrite",
@@ -395,17 +223,13 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
     );
     teardown.push(() => agent.stop());
 
-    const collected = (): CollectedSpan[] => {
-      if (!collector) throw new Error("the spans went to the trace backend, not to the collector: query the backend");
-      return collector.spans;
-    };
     const resource = WIDGETS;
     const widget = (namespace: string, name: string) => apiserver.store.get(resource, namespace, name);
     return {
       apiserver,
       agent,
       operators,
-      collector,
+      traces,
       apiserverAddress: `127.0.0.1:${apiserver.port}`,
       createWidget(namespace, name, spec = { size: 1 }) {
         apiserver.store.commit(resource, {
@@ -426,8 +250,6 @@ export async function startTestbedStack(opts: StackOptions): Promise<TestbedStac
         });
       },
       statusOf: (namespace, name) => widget(namespace, name)?.status as { observedGeneration?: number; phase?: string } | undefined,
-      operatorSpans: () => collected().filter((s) => s.via === "forward"),
-      lossSpans: () => collected().filter((s) => s.via === "export" && s.name === "status write lost"),
       close,
     };
   } catch (error) {
