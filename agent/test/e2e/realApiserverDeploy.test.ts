@@ -34,7 +34,8 @@ import { startControlPlane, type ControlPlane } from "../../../testbed/controlpl
 import { goEnv, goUnavailable, run } from "../../../testbed/goBuild.ts";
 import { helmBinary } from "../../../testbed/helm/helm.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
-import { helmRenderings, kustomizeRenderings, type K8sObject, type Rendering } from "../deployManifests.ts";
+import { COMPONENT_VALUES, helmRenderings, kustomizeRenderings, type K8sObject, type Rendering } from "../deployManifests.ts";
+import { repoPath } from "../repoPath.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { makeContainerCgroup, whyCannotRun } from "./support/kubeFixtures.ts";
@@ -157,6 +158,17 @@ describe("deploy/ and the agent's Kubernetes mode on the real kube-apiserver", {
     if (leftOut.length > 0) log(`left out, no CRD for their kind (${typeof crdDir === "string" ? "" : crdDir.unavailable}): ${leftOut.join("; ")}`);
     assert.deepEqual(refused, [], "every rendering accepted");
     assert.deepEqual(warnings, [], "no warning from the apiserver (deprecations, Pod Security warn)");
+
+    // The chart as a user installs it: helm itself asks the apiserver (a
+    // server-side dry run of the release, every value on that needs no CRD
+    // this apiserver may lack).
+    const helmValues = Object.values(COMPONENT_VALUES).flat().filter((v) => typeof crdDir === "string" || (!v.startsWith("serviceMonitor") && !v.startsWith("prometheusRule")));
+    const install = await execa(await helmBinary(log), [
+      "install", "lostwrite", repoPath("deploy/helm/lostwrite"), "--namespace", NAMESPACE, "--dry-run=server",
+      "--kubeconfig", cp.adminKubeconfigPath, ...helmValues.flatMap((v) => ["--set", v]),
+    ], { reject: false, all: true });
+    assert.equal(install.exitCode, 0, `helm install --dry-run=server:\n${install.all}`);
+    assert.match(install.all, /STATUS: pending-install/, install.all);
 
     // Accepted means checked: with the CRDs' schemas and strict field validation (kubectl's default), a misspelt field is refused.
     if (typeof crdDir === "string") {
