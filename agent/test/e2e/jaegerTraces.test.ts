@@ -4,10 +4,11 @@
 // resets a swallow-mode operator's status write. Jaeger's query API then has
 // the loss inside the operator's own trace, under the operator's client span
 // the loss event names, beside the reconcile span; and the dashboard's Jaeger
-// trace link, filled from the exemplar a real Prometheus returns, opens that
-// trace.
+// trace link, filled from the exemplar a real Prometheus returns (with exemplar
+// storage, scraping the agent's OpenMetrics exposition), opens that trace.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { z } from "zod";
 import type { LossEvent } from "../../src/model.ts";
 import { waitFor } from "./support/agentProcess.ts";
 import { exemplarTraceLinkTemplates, fillLink, jaegerRequestOfExploreLink } from "./support/grafanaTraceLink.ts";
@@ -18,6 +19,13 @@ import { startTestbedStack, type OperatorProcess, type TestbedStack } from "./su
 import { CURRENT_MONITORING } from "./support/tools.ts";
 
 const prometheusTool = CURRENT_MONITORING.prometheus;
+
+const targetsAnswer = z.object({
+  status: z.literal("success"),
+  data: z.object({
+    activeTargets: z.array(z.object({ health: z.string(), lastError: z.string(), scrapePool: z.string() }).loose()),
+  }),
+});
 const LOSS_SPAN = "status write lost";
 
 /** The skip reason, or false under CI=true (then `before` fails on what is missing). */
@@ -128,6 +136,16 @@ describe("Jaeger: the loss span lands in the operator's trace, and the dashboard
     }, 20_000).catch((error: unknown) => {
       throw new Error(`${(error as Error).message}; last answer ${JSON.stringify(series)}; Prometheus: ${prometheus.output()}`);
     });
+    // The exemplar as the agent set it, on the series the dashboard's silent-loss panels select.
+    const found = series.find((s) => s.exemplars.some((e) => e.labels.trace_id === exemplarTraceId))!;
+    const exemplar = found.exemplars.find((e) => e.labels.trace_id === exemplarTraceId)!;
+    assert.deepEqual(exemplar.labels, { trace_id: event.trace_id, span_id: event.span_id });
+    assert.equal(Number(exemplar.value), 1);
+    assert.ok(exemplar.timestamp >= startedAt && exemplar.timestamp <= Date.now() / 1000 + 1, `exemplar time ${exemplar.timestamp}`);
+    assert.deepEqual(
+      [found.seriesLabels.__name__, found.seriesLabels.node, found.seriesLabels.controller, found.seriesLabels.request, found.seriesLabels.cause, found.seriesLabels.noticed],
+      ["lostwrite_status_write_lost_total", "e2e-node", "widget", "status", "connection_reset", "no"],
+    );
 
     const templates = exemplarTraceLinkTemplates("jaeger");
     assert.ok(templates.length > 0, "the dashboard has Jaeger trace links on exemplars");
@@ -146,5 +164,21 @@ describe("Jaeger: the loss span lands in the operator's trace, and the dashboard
     const openedIds = new Set(opened.map((s) => s.spanId));
     assert.ok(trace.every((s) => openedIds.has(s.spanId)), `the link opens the trace holding the loss: ${JSON.stringify(opened)}`);
     assert.ok(opened.some((s) => s.name === LOSS_SPAN && s.parentSpanId === event!.span_id));
+  });
+
+  // Exemplars come only in the OpenMetrics exposition, so after the test above
+  // this says Prometheus's (strict) OpenMetrics parser took all of it.
+  it("Prometheus parsed the whole OpenMetrics exposition: the target is up with no scrape error", async () => {
+    const response = await fetch(`${prometheus.url}/api/v1/targets?state=active`, { signal: AbortSignal.timeout(10_000) });
+    const { data } = targetsAnswer.parse(await response.json());
+    const target = data.activeTargets.find((t) => t.scrapePool === "lostwrite");
+    assert.ok(target, JSON.stringify(data));
+    assert.equal(target.lastError, "");
+    assert.equal(target.health, "up");
+    const [samples] = await prometheus.query('scrape_samples_scraped{job="lostwrite"}');
+    assert.ok((samples?.value ?? 0) > 20, `samples scraped: ${JSON.stringify(samples)}`);
+    // Every family, not only the loss counter: the histogram came through OpenMetrics too.
+    const buckets = await prometheus.query('lostwrite_detection_latency_seconds_bucket{le="+Inf"}');
+    assert.equal(buckets.length, 1);
   });
 });

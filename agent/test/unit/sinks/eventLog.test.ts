@@ -1,29 +1,15 @@
 import assert from "node:assert/strict";
-import { PassThrough, Writable } from "node:stream";
+import { Writable } from "node:stream";
 import { describe, it } from "node:test";
+import { captureLines } from "../captureLines.ts";
 import { createEventLog } from "../../../src/sinks/eventLog.ts";
 import { AgentMetrics } from "../../../src/telemetry/metrics.ts";
 import { sampleEvent } from "./sampleEvent.ts";
 
-function capture() {
-  const out = new PassThrough();
-  const chunks: string[] = [];
-  out.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
-  return {
-    out,
-    lines: () =>
-      chunks
-        .join("")
-        .split("\n")
-        .filter((l) => l !== "")
-        .map((l) => JSON.parse(l) as Record<string, unknown>),
-    raw: () => chunks.join(""),
-  };
-}
 
 void describe("event log", () => {
   void it("writes each loss event as exactly one line of the event schema", () => {
-    const { out, raw } = capture();
+    const { out, raw } = captureLines();
     const log = createEventLog(out, { metrics: new AgentMetrics() });
     const a = sampleEvent();
     const b = sampleEvent({ noticed: "yes", trace_id: null, span_id: null, correlation: "none" });

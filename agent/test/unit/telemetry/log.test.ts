@@ -1,27 +1,12 @@
 import assert from "node:assert/strict";
-import { PassThrough } from "node:stream";
 import { describe, it } from "node:test";
+import { captureLines } from "../captureLines.ts";
 import { createLogger } from "../../../src/telemetry/log.ts";
 
-function capture() {
-  const out = new PassThrough();
-  const chunks: string[] = [];
-  out.on("data", (chunk: Buffer) => chunks.push(chunk.toString("utf8")));
-  return {
-    out,
-    lines: () =>
-      chunks
-        .join("")
-        .split("\n")
-        .filter((l) => l !== "")
-        .map((l) => JSON.parse(l) as Record<string, unknown>),
-    raw: () => chunks.join(""),
-  };
-}
 
 void describe("logger", () => {
   void it("prints one JSON line with level, time, msg and the fields", () => {
-    const { out, lines } = capture();
+    const { out, lines } = captureLines();
     const log = createLogger(out, { now: () => Date.parse("2026-12-02T15:04:05.000Z") });
     log.info("agent started", { listen: "127.0.0.1:9470" });
     log.error("probe exited", { code: 1, err: new Error("boom"), t: 12n });
@@ -32,7 +17,7 @@ void describe("logger", () => {
   });
 
   void it("logs a rate-limited key once per interval and reports what it held back", () => {
-    const { out, lines } = capture();
+    const { out, lines } = captureLines();
     let now = 0;
     const log = createLogger(out, { intervalMs: 1000, now: () => now });
     log.warnRateLimited("parse", "bad probe line", { line: 1 });
@@ -56,7 +41,7 @@ void describe("logger", () => {
   });
 
   void it("warnOnce logs a key once, and forgets the oldest key past maxKeys", () => {
-    const { out, lines } = capture();
+    const { out, lines } = captureLines();
     const log = createLogger(out, { maxKeys: 2 });
     log.warnOnce("a", "a");
     log.warnOnce("a", "a");
@@ -70,7 +55,7 @@ void describe("logger", () => {
   });
 
   void it("does not throw on a cyclic field", () => {
-    const { out, lines } = capture();
+    const { out, lines } = captureLines();
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
     createLogger(out).warn("odd", { cyclic });
