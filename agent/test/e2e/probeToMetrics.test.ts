@@ -24,7 +24,11 @@ import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelReq
 function runClient(agent: AgentProcess, binary: string, mode: string, port: number, host = "127.0.0.1"): Promise<ClientStep[]> {
   const comm = path.basename(binary);
   return runLwClient(binary, mode, port, (pid) =>
-    comm === "lw-client" ? watchedBy(agent, comm, pid, 5000) : new Promise((r) => setTimeout(r, 2500)), host);
+    comm === "lw-client"
+      ? watchedBy(agent, comm, pid, 5000)
+      // A non-target leaves no line to wait for: the wait is the point, the
+      // agent's rescans (every second here) get their chance to take it wrongly.
+      : new Promise((r) => setTimeout(r, 2500)), host);
 }
 
 /** Reads nothing for a while (the client's send buffer fills: EAGAIN), then drains everything. */
