@@ -262,12 +262,15 @@ const agentHealth = [
   }),
   timeseriesPanel({
     id: 22,
-    title: "Kernel-dropped probe events/s",
+    title: "Kernel-dropped probe events and skipped probe runs/s",
     description:
-      "Events the kernel dropped before bpftrace read them. Any drop means losses may be undercounted on that node (alert LostwriteKernelDroppingEvents). Source: lostwrite_probe_events_lost_total.",
+      "Events the kernel dropped before bpftrace read them: any drop means losses may be undercounted on that node (alert LostwriteKernelDroppingEvents). Skipped runs: probe hits the kernel did not run a program for because another BPF program was running on that CPU; a skipped connection close is still reported (from the next failed send or the socket's release), a steady rate means another BPF tool on the node runs long programs. Sources: lostwrite_probe_events_lost_total, lostwrite_probe_missed_runs_total.",
     unit: "cps",
     at: { x: 0, y: 53, w: 8, h: 7 },
-    queries: [{ expr: `sum by (node) (${rate("lostwrite_probe_events_lost_total", AGENT)})`, legend: "{{node}}" }],
+    queries: [
+      { expr: `sum by (node) (${rate("lostwrite_probe_events_lost_total", AGENT)})`, legend: "{{node}} dropped" },
+      { expr: `sum by (node, program) (${rate("lostwrite_probe_missed_runs_total", AGENT)})`, legend: "{{node}} skipped ({{program}})" },
+    ],
   }),
   timeseriesPanel({
     id: 23,

@@ -9,6 +9,9 @@ import { SENDER_REJECT_REASONS } from "../sources/spans/senderTrust.ts";
 
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
 export type ProbeRestartReason = (typeof PROBE_RESTART_REASONS)[number];
+/** The agent's bpftrace programs by kind: the socket probe, and the uprobe programs (Go requests, TLS answers). */
+export const PROBE_PROGRAM_KINDS = ["socket", "uprobe"] as const;
+export type ProbeProgramKind = (typeof PROBE_PROGRAM_KINDS)[number];
 export const SPAN_REJECT_REASONS = [
   "malformed",
   "unsupported_media_type",
@@ -219,6 +222,12 @@ export class AgentMetrics {
     help: "Events the kernel dropped before bpftrace read them.",
     registers: [this.registry],
   });
+  readonly probeMissedRuns = new Counter({
+    name: "lostwrite_probe_missed_runs_total",
+    help: "Probe hits the kernel did not run a program for, because another BPF program was running on that CPU, by program (socket, uprobe).",
+    labelNames: ["program"],
+    registers: [this.registry],
+  });
   readonly probeParseErrors = new Counter({
     name: "lostwrite_probe_parse_errors_total",
     help: "bpftrace output lines that were malformed, oversized or of an unknown type.",
@@ -308,6 +317,7 @@ export class AgentMetrics {
     }
     this.probeUp.set(0);
     this.probeEventsLost.inc(0);
+    for (const program of PROBE_PROGRAM_KINDS) this.probeMissedRuns.inc({ program }, 0);
     this.probeControlFailures.inc(0);
     this.probeParseErrors.inc(0);
     this.spansReceived.inc(0);

@@ -15,9 +15,10 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execa, type ResultPromise } from "execa";
-import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.ts";
+import type { AgentMetrics, ProbeProgramKind, ProbeRestartReason } from "../../telemetry/metrics.ts";
 import { ControlChannel, ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage, type SyscallCounterKey } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
+import { recursionMisses } from "./missedRuns.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 
@@ -54,6 +55,8 @@ export interface SupervisorOptions {
   onInstance: () => void;
   /** The agent's pid as the kernel sees it (the host pid, also in a pod). */
   agentHostPid: number;
+  /** What lostwrite_probe_missed_runs_total calls this program (default "socket"). */
+  kind?: ProbeProgramKind;
   /** How long to wait for one acknowledgement, and how often to send a message before giving up. */
   ackTimeoutMs?: number;
   ackAttempts?: number;
@@ -111,6 +114,9 @@ export class BpftraceSupervisor {
   private flushing: Promise<void> | null = null;
   private spawned = false;
   private recordListener: (record: ProbeRecord) => boolean = () => true;
+  /** recursion_misses of the running instance's programs already counted; 0 at each spawn. */
+  private missesCounted = 0;
+  private countingMisses = false;
   ready = false;
   /** False once a change was not acknowledged after every retry, until one is. */
   controlHealthy = true;
@@ -123,6 +129,7 @@ export class BpftraceSupervisor {
       ackTimeoutMs: 1000,
       ackAttempts: 3,
       healthyRunMs: 500,
+      kind: "socket",
       ...opts,
     };
   }
@@ -257,6 +264,7 @@ export class BpftraceSupervisor {
 
   private spawn(): void {
     this.spawned = true;
+    this.missesCounted = 0;
     const other = this.opts.program;
     const program = other ? other.render() : renderProgram(this.opts.variant, this.opts.state());
     const file = path.join(this.workDir, "program.bt");
@@ -317,6 +325,7 @@ export class BpftraceSupervisor {
       this.flush();
     } else if (record.type === "tick") {
       this.lastBeat = Date.now();
+      void this.countMissedRuns();
     } else if (record.type === "ack") {
       this.acks.get(record.seq)?.(true);
       this.acks.delete(record.seq);
@@ -325,6 +334,21 @@ export class BpftraceSupervisor {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
     if (this.recordListener(record)) this.opts.onLine?.(line);
+  }
+
+  /** Adds what the kernel skipped of this instance's programs since the last tick (see missedRuns.ts). */
+  private async countMissedRuns(): Promise<void> {
+    const child = this.child;
+    if (child?.pid === undefined || this.countingMisses) return;
+    this.countingMisses = true;
+    try {
+      const total = await recursionMisses(child.pid);
+      if (child !== this.child) return;
+      if (total > this.missesCounted) this.opts.metrics.probeMissedRuns.inc({ program: this.opts.kind }, total - this.missesCounted);
+      this.missesCounted = Math.max(this.missesCounted, total);
+    } finally {
+      this.countingMisses = false;
+    }
   }
 
   private setUp(attached: boolean): void {

@@ -116,8 +116,32 @@ export function bpftraceEnv(btf = KERNEL_BTF): Record<string, string> {
 
 const MARKER = "// @initial-state";
 
+/**
+ * A program's MISSED CLOSE block (see the .bt header) is written once, in its
+ * tcp_destroy_sock probe, between these lines; a probe that also needs it (the
+ * sockets variant's failed send) holds a `// @missed-close` line, which is
+ * replaced by a copy indented to its depth. bpftrace 0.17 has no functions.
+ */
+const MISSED_CLOSE = { begin: "// @missed-close begin", end: "// @missed-close end", copy: /^(\t*)\/\/ @missed-close$/m };
+
+/** `source` with each `// @missed-close` line replaced by the block, re-indented. */
+export function copyMissedClose(source: string, file: string): string {
+  const begin = source.indexOf(MISSED_CLOSE.begin);
+  const end = source.indexOf(MISSED_CLOSE.end);
+  if (begin < 0 || end < begin) throw new Error(`${file} lacks the "${MISSED_CLOSE.begin}" … "${MISSED_CLOSE.end}" block`);
+  const block = source.slice(source.lastIndexOf("\n", begin) + 1, source.indexOf("\n", end)).split("\n");
+  const depth = /^\t*/.exec(block[0]!)![0].length;
+  let text = source;
+  for (let match = MISSED_CLOSE.copy.exec(text); match; match = MISSED_CLOSE.copy.exec(text)) {
+    const indent = match[1]!;
+    const copy = block.map((line) => (line.length === 0 ? line : indent + line.slice(depth))).join("\n");
+    text = text.slice(0, match.index) + copy + text.slice(match.index + match[0].length);
+  }
+  return text;
+}
+
 export function renderProgram(variant: ProbeVariant, state: ProbeState): string {
-  const source = readFileSync(programPath(variant), "utf8");
+  const source = copyMissedClose(readFileSync(programPath(variant), "utf8"), programPath(variant));
   if (!source.includes(MARKER)) throw new Error(`${programPath(variant)} lacks the "${MARKER}" line`);
   const lines: string[] = [];
   if (state.execWatch) lines.push("@exec_watch = 1;");

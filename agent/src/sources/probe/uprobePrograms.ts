@@ -219,6 +219,7 @@ export class UprobePrograms {
       metrics: this.#o.metrics,
       log,
       agentHostPid: this.#o.agentHostPid,
+      kind: "uprobe",
       state: () => ({ targets: [], endpoints: [], execWatch: false }),
       onInstance: () => {},
       readyTimeoutMs: 30_000,

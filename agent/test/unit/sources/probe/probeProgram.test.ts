@@ -3,7 +3,13 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { parseEndpoint } from "../../../../src/sources/probe/endpointKey.ts";
-import { PROBE_VARIANTS, renderProgram } from "../../../../src/sources/probe/probeProgram.ts";
+import { copyMissedClose, PROBE_VARIANTS, renderProgram } from "../../../../src/sources/probe/probeProgram.ts";
+
+/** The MISSED CLOSE blocks of a rendered program, each without its indentation. */
+function missedCloseBlocks(program: string): string[] {
+  const blocks = program.split("// @missed-close begin").slice(1).map((rest) => rest.slice(0, rest.indexOf("// @missed-close end")));
+  return blocks.map((block) => block.split("\n").map((line) => line.trimStart()).join("\n"));
+}
 
 describe("renderProgram", { timeout: 10_000 }, () => {
   for (const variant of PROBE_VARIANTS) {
@@ -20,9 +26,29 @@ describe("renderProgram", { timeout: 10_000 }, () => {
       const begin = program.slice(program.indexOf("BEGIN"), program.indexOf("printf(\"hello"));
       assert.deepEqual(begin.match(/@targets\[.*/g), ["@targets[(uint64)42] = 1;", "@targets[(uint64)43] = 2;"]);
     });
+    it(`${variant}: a close the state probe missed is reported from the failed send and from the socket's release alike (one block, copied)`, () => {
+      const program = renderProgram(variant, { targets: [], endpoints: [] });
+      const blocks = missedCloseBlocks(program);
+      assert.equal(blocks.length, 2, "the failed-send probe and tcp_destroy_sock each hold the block");
+      assert.equal(blocks[0], blocks[1]);
+      assert.match(blocks[0]!, /printf\("close /, "it prints the state probe's close line");
+      assert.doesNotMatch(program, /^\s*\/\/ @missed-close$/m, "no placeholder is left");
+      const send = program.indexOf("// @missed-close begin");
+      assert.ok(program.lastIndexOf("$mfailed = (uint64)(0 - $ret);", send) !== -1, "the failed send hands its errno to the block");
+    });
     it(`${variant}: without a threshold keeps the program's default of 64`, () => {
       const program = renderProgram(variant, { targets: [], endpoints: [] });
       assert.equal(program.match(/@unanswered_min = /g)?.length, 1);
     });
   }
+});
+
+describe("copyMissedClose", { timeout: 10_000 }, () => {
+  it("indents the copy to the placeholder's depth", () => {
+    const source = "a {\n\t\t// @missed-close\n}\nb {\n\t// @missed-close begin\n\tx;\n\t// @missed-close end\n}\n";
+    assert.equal(copyMissedClose(source, "p.bt"), "a {\n\t\t// @missed-close begin\n\t\tx;\n\t\t// @missed-close end\n}\nb {\n\t// @missed-close begin\n\tx;\n\t// @missed-close end\n}\n");
+  });
+  it("refuses a program without the block, naming the file", () => {
+    assert.throws(() => copyMissedClose("a {\n\t// @missed-close\n}\n", "probes/x.bt"), /probes\/x\.bt lacks the "\/\/ @missed-close begin"/);
+  });
 });

@@ -1,0 +1,135 @@
+// A connection's close that the kernel never ran the state probe for is still
+// reported as what it was. The kernel runs no BPF program on a CPU where one
+// is running already: a tracepoint hit from softirq (a TCP timer giving up on
+// a connection) in the middle of another program's run is dropped, counted
+// only in the program's recursion_misses. Here another BPF tool runs long
+// programs on every CPU, most of the time, as a busy node's tracers can, while
+// a client's apiserver stops reading and its kernel gives up on the
+// connection (TCP_USER_TIMEOUT). Without the socket probe's MISSED CLOSE
+// recovery the loss came out as `write_failed ETIMEDOUT` with no request
+// bytes, or not at all; it must be one `connection_reset` with ETIMEDOUT and
+// every byte the client's kernel accepted unanswered.
+import assert from "node:assert/strict";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it, type TestContext } from "node:test";
+import { fileURLToPath } from "node:url";
+import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
+
+const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/stall_writer.py");
+const USER_TIMEOUT_MS = 500;
+/** Stalled connections at most, until the kernel has skipped a close on one of them. */
+const MAX_ATTEMPTS = 30;
+const SPIN = "lw-spin";
+/**
+ * The other tool: a program of about a millisecond on each getppid() of a
+ * spinning process. The loop's map update keeps LLVM from folding it away;
+ * 5000 iterations stay well inside the verifier's instruction budget.
+ */
+const LONG_PROGRAM = `tracepoint:syscalls:sys_enter_getppid /comm == "${SPIN}"/ { $i = 0; while ($i < 5000) { @last = $i; $i++; } }`;
+/** A process per CPU, pinned, calling getppid() as fast as it can: each CPU mostly inside LONG_PROGRAM. */
+const SPINNER = `import ctypes, os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+ctypes.CDLL(None).prctl(15, b"${SPIN}", 0, 0, 0)
+while True:
+    os.getppid()`;
+
+interface Stalled {
+  local: string;
+  sent: number;
+  errno: number;
+}
+
+describe("a close the kernel skipped the state probe for, on the real kernel", { skip: skipWithoutKernel(), timeout: 240_000 }, () => {
+  let dir: string;
+  let server: net.Server;
+  let agent: AgentProcess;
+  let client: string;
+  const others: ChildProcess[] = [];
+
+  before(async () => {
+    assertKernelRequirements();
+    dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-missed-close-"));
+    const python = execFileSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).trim();
+    client = path.join(dir, "lw-stall");
+    symlinkSync(python, client);
+    // An apiserver that never reads: the window shuts and the client's kernel gives up.
+    const held: net.Socket[] = [];
+    server = net.createServer({ pauseOnConnect: true }, (socket) => held.push(socket));
+    server.on("close", () => held.forEach((socket) => socket.destroy()));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const port = (server.address() as net.AddressInfo).port;
+    agent = await startAgentProcess(["--target-comm", "^lw-stall$", "--apiserver", `127.0.0.1:${port}`, "--correlation-window", "500ms"]);
+
+    const tool = spawn("bpftrace", ["-e", LONG_PROGRAM], { stdio: ["ignore", "pipe", "pipe"] });
+    others.push(tool);
+    let toolOut = "";
+    tool.stdout.setEncoding("utf8").on("data", (chunk: string) => (toolOut += chunk));
+    await waitFor("the other tool's program attached", () => toolOut.includes("Attaching 1 probe"), 60_000);
+    for (let cpu = 0; cpu < os.availableParallelism(); cpu++) others.push(spawn("python3", ["-c", SPINNER, String(cpu)], { stdio: "ignore" }));
+  });
+
+  after(async () => {
+    for (const other of others) other.kill("SIGKILL");
+    await agent?.stop();
+    server?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /**
+   * Stalls connections of `mode` one after another, each with its own client,
+   * until one ran while the kernel skipped socket probe runs; each must give
+   * exactly one right event. `eventWhile` says when it must have come: while
+   * the dead socket is still open (the failed send found the skipped close),
+   * or once the client has closed it (the socket's release found it).
+   */
+  async function stallUntilSkipped(t: TestContext, mode: "send" | "read", eventWhile: "open" | "released"): Promise<void> {
+    const port = (server.address() as net.AddressInfo).port;
+    const skipped = (): Promise<number> => agent.metric("lostwrite_probe_missed_runs_total", { program: "socket" });
+    let attemptsWithSkips = 0;
+    let attempts = 0;
+    while (attempts < MAX_ATTEMPTS && attemptsWithSkips === 0) {
+      attempts++;
+      const skippedBefore = await skipped();
+      const writer = spawn(client, [CLIENT, mode, "127.0.0.1", String(port), String(USER_TIMEOUT_MS)], { stdio: ["pipe", "pipe", "inherit"] });
+      let out = "";
+      writer.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
+      const exited = new Promise<void>((resolve) => writer.once("exit", () => resolve()));
+      const eventOf = (): boolean => agent.events.some((e) => e.pid === writer.pid);
+      await waitFor(`attempt ${attempts}: the client's kernel to give up`, () => out.includes("\n"), 30_000);
+      const stalled = JSON.parse(out) as Stalled;
+      assert.equal(stalled.errno, 110, `the ${mode} failed with ETIMEDOUT: ${out}`);
+      if (eventWhile === "open") await waitFor(`attempt ${attempts}: the loss event, the socket still open`, eventOf, 15_000);
+      // The agent reads the kernel's skip counts at each of the probe's ticks, once a second, and
+      // nothing is printed when none rose: one tick's wait is the only way to know this attempt's.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      if ((await skipped()) > skippedBefore) attemptsWithSkips++;
+      writer.stdin.end();
+      await exited;
+      if (eventWhile === "released") {
+        await waitFor(`attempt ${attempts}: the loss event, the socket released`, eventOf, 15_000).catch((error: unknown) => {
+          throw new Error(`${String(error)}; the agent's lines naming the client:\n${agent.stderr.filter((line) => line.includes(String(writer.pid))).join("\n")}`);
+        });
+      }
+
+      const events = agent.events.filter((e) => e.pid === writer.pid);
+      assert.equal(events.length, 1, `attempt ${attempts}: one event: ${JSON.stringify(events)}`);
+      const [event] = events;
+      assert.equal(event!.cause, "connection_reset", `attempt ${attempts}: ${JSON.stringify(event)}`);
+      assert.equal(event!.errno, "ETIMEDOUT");
+      assert.equal(event!.unanswered_bytes, stalled.sent, `attempt ${attempts}: every byte the client's kernel accepted is unanswered`);
+    }
+    t.diagnostic(`${attempts} stalled connections, ${attemptsWithSkips} of them while the kernel skipped socket probe runs`);
+    assert.ok(attemptsWithSkips > 0, `the other tool made the kernel skip none of the socket probe's runs in ${attempts} attempts`);
+  }
+
+  it("a client writing when its kernel gives up: one connection_reset (ETIMEDOUT) with the whole request, before the socket is released", (t) =>
+    stallUntilSkipped(t, "send", "open"));
+
+  it("a client waiting for the answer when its kernel gives up: the same loss, once the socket is released (the read took the error)", (t) =>
+    stallUntilSkipped(t, "read", "released"));
+});
