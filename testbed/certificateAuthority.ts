@@ -8,7 +8,7 @@ import { execa } from "execa";
 
 const CURVE = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
 
-export interface CertificateAuthority {
+interface CertificateAuthority {
   caPath: string;
   caKeyPath: string;
   caPem: string;

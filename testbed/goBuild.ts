@@ -44,7 +44,7 @@ export function run(file: string, args: string[], opts: { cwd?: string; env?: No
   });
 }
 
-export interface GoBuild {
+interface GoBuild {
   /** The module's sources; copied first, so a build leaves nothing in the repository. */
   source: string;
   /** Where the binary goes. */

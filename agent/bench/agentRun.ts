@@ -88,7 +88,7 @@ export function cpuSeconds(pid: number): number {
   }
 }
 
-export interface AgentRun extends ToolRun {
+interface AgentRun extends ToolRun {
   child: ChildProcess;
   /** bpftrace processes the agent runs now (also after a restart). */
   bpftrace(): number[];

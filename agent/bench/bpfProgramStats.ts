@@ -9,7 +9,7 @@ import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs"
 
 const STATS_SWITCH = "/proc/sys/kernel/bpf_stats_enabled";
 
-export interface ProgramStats {
+interface ProgramStats {
   id: number;
   /** The kernel's name for it (at most 15 characters: bpftrace names programs after their probe). */
   name: string;

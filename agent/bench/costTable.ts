@@ -10,7 +10,7 @@ export function median(values: number[]): number {
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-export interface Column {
+interface Column {
   key: string;
   label: string;
 }

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 const SOURCE = path.join(path.dirname(fileURLToPath(import.meta.url)), "probeCostLoop.c");
 
 /** The cost of one operation in ns: as the caller waits it (wall) and as its thread spent CPU on it. */
-export interface OpCost {
+interface OpCost {
   wallNs: number;
   cpuNs: number;
 }

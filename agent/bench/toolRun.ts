@@ -93,7 +93,7 @@ export async function startRequestLevelProbe(targetPid: number, apiserver: strin
 }
 
 /** The system's libssl, which the TLS program of a python target would probe. */
-export const SYSTEM_LIBSSL = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
+const SYSTEM_LIBSSL = "/usr/lib/x86_64-linux-gnu/libssl.so.3";
 
 /**
  * `first` and, beside it, the TLS program the agent runs for a target on

@@ -35,7 +35,7 @@ import { TargetWatcher, type WatchedTarget } from "./sources/targets/targetWatch
 import { ANSWER_RULES } from "./vocabulary/answerRules.ts";
 import { AGENT_VERSION } from "./version.ts";
 
-export type Readiness = () => { ok: boolean; reason: string };
+type Readiness = () => { ok: boolean; reason: string };
 
 /** /metrics, /healthz, /readyz, /runbooks; the event feed attaches to the same server. */
 export class HttpStage implements Stage {

@@ -4,7 +4,7 @@
 import { inspectGoBinary, type GoBinaryReport } from "./sources/goBinary/inspectGoBinary.ts";
 
 /** One line: "covered: …" or "not covered: …", and whether it is covered. */
-export function coverageLine(report: GoBinaryReport): { covered: boolean; line: string } {
+function coverageLine(report: GoBinaryReport): { covered: boolean; line: string } {
   if (!report.ok) {
     const what = report.unverifiedLayout ? "socket path only, until its versions are verified" : "socket path only";
     return { covered: false, line: `not covered (${what}): ${report.path}: ${report.reason}` };

@@ -5,7 +5,7 @@
 // and a forgotten entry can change what is reported: each site says what its
 // drop is worth, mostly as lostwrite_events_dropped_total{reason="capacity"}.
 
-export type OnEvict<K, V> = (key: K, value: V) => void;
+type OnEvict<K, V> = (key: K, value: V) => void;
 
 export class BoundedMap<K, V> {
   readonly #entries = new Map<K, V>();

@@ -5,7 +5,7 @@
 import type { AgentMetrics } from "./telemetry/metrics.ts";
 import type { DropStage } from "./vocabulary/drops.ts";
 
-export interface BoundedQueueOptions<T> {
+interface BoundedQueueOptions<T> {
   name: DropStage;
   capacity: number;
   metrics: AgentMetrics;

@@ -121,7 +121,7 @@ export function isServiceLinkVariable(name: string, value: string): boolean {
   });
 }
 
-export interface EnvConfig {
+interface EnvConfig {
   /** Config keys and their values. */
   values: Record<string, unknown>;
   /** Variables ignored because Kubernetes service links set them: the caller logs them. */

@@ -68,7 +68,7 @@ export interface RunningAgent {
   close(): Promise<void>;
 }
 
-export interface StartOptions {
+interface StartOptions {
   /** Where loss events go as JSON lines; null for none (the demo draws its own screen). Default stdout. */
   eventLog?: NodeJS.WritableStream | null;
 }

@@ -21,7 +21,7 @@ import { openRecordReader } from "./sources/record/reader.ts";
 import { decodeTraceBody, judgeRecordedSpans } from "./sources/spans/spanIntake.ts";
 import { formatEventLine, shouldColor } from "./tail.ts";
 
-export interface ReplayOptions {
+interface ReplayOptions {
   json: boolean;
   out: NodeJS.WritableStream;
   err?: NodeJS.WritableStream;

@@ -31,7 +31,7 @@ export class LossSinks implements LossSink {
   }
 }
 
-export interface StageLog {
+interface StageLog {
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 

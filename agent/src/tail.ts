@@ -10,7 +10,7 @@ import { z } from "zod";
 import type { LossEvent } from "./model.ts";
 import { parseRfc3339Ns } from "./sinks/rfc3339.ts";
 
-export interface TailOptions {
+interface TailOptions {
   /** Print each message exactly as received instead of formatting it. */
   json: boolean;
   out: NodeJS.WritableStream;

@@ -14,7 +14,7 @@ import { PanelBuilder as TimeseriesPanelBuilder } from "@grafana/grafana-foundat
 /** Every panel and query variable reads the Prometheus picked in the `datasource` variable. */
 export const PROMETHEUS = { type: "prometheus", uid: "${datasource}" };
 
-export interface Query {
+interface Query {
   expr: string;
   legend: string;
   /** Ask Prometheus for exemplars: the loss counter carries the trace of its latest loss. */
@@ -22,7 +22,7 @@ export interface Query {
 }
 
 /** Where a panel sits: Grafana's grid is 24 columns wide. */
-export interface Position {
+interface Position {
   x: number;
   y: number;
   w: number;
@@ -49,7 +49,7 @@ export interface PanelLink {
 }
 
 /** Colours by value: the first step applies from minus infinity. */
-export type Steps = [firstColor: string, ...rest: { from: number; color: string }[]];
+type Steps = [firstColor: string, ...rest: { from: number; color: string }[]];
 
 function thresholds(steps: Steps): dashboard.ThresholdsConfigBuilder {
   const [first, ...rest] = steps;

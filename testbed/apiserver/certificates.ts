@@ -3,7 +3,7 @@
 import { mkdir } from "node:fs/promises";
 import { createCertificateAuthority, signedKeyPair } from "../certificateAuthority.ts";
 
-export interface Certificates {
+interface Certificates {
   caPath: string;
   certPath: string;
   keyPath: string;

@@ -68,7 +68,7 @@ function durationMs(value: number | string): number {
   return Math.round(match[2] === "ms" ? amount : match[2] === "s" ? amount * 1000 : amount * 60_000);
 }
 
-export interface ControlDeps {
+interface ControlDeps {
   faults: FaultControl;
   store: ObjectStore;
   listener: Listener;

@@ -25,7 +25,7 @@ export interface FaultRecord {
   expect: Expectation | null;
 }
 
-export interface RuleState {
+interface RuleState {
   rule: Rule & { id: string };
   armed: boolean;
   /** Requests that matched method and path so far. */
@@ -35,12 +35,12 @@ export interface RuleState {
   exhausted: boolean;
 }
 
-export interface RequestFacts {
+interface RequestFacts {
   method: string;
   path: string;
 }
 
-export type FaultListener = (record: FaultRecord) => void;
+type FaultListener = (record: FaultRecord) => void;
 
 function globToRegExp(glob: string): RegExp {
   const body = glob.split("").map((ch) => (ch === "*" ? ".*" : ch === "?" ? "." : ch.replace(/[.+^${}()|[\]\\]/g, "\\$&"))).join("");
@@ -52,7 +52,7 @@ interface ArmedRule extends RuleState {
   timer: NodeJS.Timeout | undefined;
 }
 
-export interface FaultControlOptions {
+interface FaultControlOptions {
   /** Append every record as a JSON line to this file. */
   logPath?: string;
   /** Records kept in memory; older ones are dropped and counted. */
@@ -212,7 +212,7 @@ export class FaultControl {
   }
 }
 
-export function refuseDetail(forMs: number, existing: ExistingConnections, closed: number): string {
+function refuseDetail(forMs: number, existing: ExistingConnections, closed: number): string {
   const what = existing === "keep" ? "open connections kept" : `${closed} open connection(s) ${existing === "reset" ? "reset" : "closed"}`;
   return `listener closed for ${forMs} ms, ${what}`;
 }

@@ -29,7 +29,7 @@ const BODY_LIMIT = 3 * 1024 * 1024;
 const WATCH_BACKLOG_LIMIT = 8 * 1024 * 1024;
 const BOOKMARK_INTERVAL_MS = 5_000;
 
-export interface HandlerDeps {
+interface HandlerDeps {
   store: ObjectStore;
   faults: FaultControl;
 }

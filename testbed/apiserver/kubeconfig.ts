@@ -4,15 +4,15 @@
 import { writeFile } from "node:fs/promises";
 import { stringify } from "yaml";
 
-export interface KubeconfigOptions {
+interface KubeconfigOptions {
   url: string;
   caPem: string;
   namespace?: string;
 }
 
-export const TESTBED_TOKEN = "lostwrite-testbed";
+const TESTBED_TOKEN = "lostwrite-testbed";
 
-export function renderKubeconfig(opts: KubeconfigOptions): string {
+function renderKubeconfig(opts: KubeconfigOptions): string {
   return stringify({
     apiVersion: "v1",
     kind: "Config",

@@ -33,7 +33,7 @@ export interface ResourceDef {
 const NAME_COLUMN: TableColumn = { name: "Name", type: "string", format: "name", description: "Name of the object", path: "metadata.name" };
 const AGE_COLUMN: TableColumn = { name: "Age", type: "date", description: "Time since creation", path: "age" };
 
-export const WIDGETS: ResourceDef = {
+const WIDGETS: ResourceDef = {
   group: "demo.lostwrite.dev", version: "v1", kind: "Widget", listKind: "WidgetList",
   plural: "widgets", singular: "widget", shortNames: ["wd"],
   writable: true, statusSubresource: true, tracksGeneration: true,
@@ -46,7 +46,7 @@ export const WIDGETS: ResourceDef = {
   ],
 };
 
-export const PODS: ResourceDef = {
+const PODS: ResourceDef = {
   group: "", version: "v1", kind: "Pod", listKind: "PodList", plural: "pods", singular: "pod", shortNames: ["po"],
   writable: false, statusSubresource: true, tracksGeneration: false,
   columns: [
@@ -57,14 +57,14 @@ export const PODS: ResourceDef = {
   ],
 };
 
-export const ENDPOINT_SLICES: ResourceDef = {
+const ENDPOINT_SLICES: ResourceDef = {
   group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", listKind: "EndpointSliceList",
   plural: "endpointslices", singular: "endpointslice", shortNames: [],
   writable: false, statusSubresource: false, tracksGeneration: false,
   columns: [NAME_COLUMN, { name: "AddressType", type: "string", description: "addressType", path: "addressType" }, AGE_COLUMN],
 };
 
-export const RESOURCES: readonly ResourceDef[] = [WIDGETS, PODS, ENDPOINT_SLICES];
+const RESOURCES: readonly ResourceDef[] = [WIDGETS, PODS, ENDPOINT_SLICES];
 
 export function apiVersionOf(def: ResourceDef): string {
   return def.group === "" ? def.version : `${def.group}/${def.version}`;

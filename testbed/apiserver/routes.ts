@@ -10,7 +10,7 @@ import type { KubeObject, ObjectStore } from "./store.ts";
 import { toTable, wantsTable } from "./table.ts";
 import { createObject, deleteObject, patchObject, patchTypeOf, updateObject, type WriteTarget } from "./writes.ts";
 
-export interface ApiRequest {
+interface ApiRequest {
   method: string;
   path: string;
   query: URLSearchParams;
@@ -37,7 +37,7 @@ export interface WatchRequest {
   initialEvents: boolean;
 }
 
-export type ApiAnswer = { kind: "json"; status: number; body: unknown } | { kind: "watch"; watch: WatchRequest };
+type ApiAnswer = { kind: "json"; status: number; body: unknown } | { kind: "watch"; watch: WatchRequest };
 
 interface ResourcePath {
   def: ResourceDef;

@@ -1,7 +1,7 @@
 // Kubernetes `Status` bodies: what a real apiserver answers on every failure.
 // Clients (client-go, kubectl, client-node) read `reason` and `code` from them.
 
-export interface StatusDetails {
+interface StatusDetails {
   name?: string;
   group?: string;
   kind?: string;
@@ -9,7 +9,7 @@ export interface StatusDetails {
   retryAfterSeconds?: number;
 }
 
-export interface StatusBody {
+interface StatusBody {
   kind: "Status";
   apiVersion: "v1";
   metadata: Record<string, never>;
@@ -36,7 +36,7 @@ const REASONS: Record<number, string> = {
   504: "Timeout",
 };
 
-export function reasonForCode(code: number): string {
+function reasonForCode(code: number): string {
   return REASONS[code] ?? (code >= 500 ? "InternalError" : "BadRequest");
 }
 

@@ -33,7 +33,7 @@ export interface StoreEvent {
   object: KubeObject;
 }
 
-export type StoreListener = (event: StoreEvent) => void;
+type StoreListener = (event: StoreEvent) => void;
 
 export interface StoreOptions {
   /** Changes kept for watches that resume from a revision. */
@@ -42,7 +42,7 @@ export interface StoreOptions {
   watcherCapacity?: number;
 }
 
-export interface StoreStats {
+interface StoreStats {
   revision: number;
   objects: number;
   watchers: number;

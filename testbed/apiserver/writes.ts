@@ -135,7 +135,7 @@ export function updateObject(store: ObjectStore, def: ResourceDef, namespace: st
   return commitIfChanged(store, def, current, merged(def, current, incoming, target));
 }
 
-export type PatchType = "merge" | "json";
+type PatchType = "merge" | "json";
 
 /** Maps a PATCH Content-Type to the patch format, refusing the ones custom resources do not support. */
 export function patchTypeOf(contentType: string | undefined): PatchType {

@@ -18,21 +18,21 @@ import path from "node:path";
 import { goEnv, run } from "../goBuild.ts";
 import { toolsDir } from "../tools/moduleTools.ts";
 
-export const KUBERNETES_VERSION = "v1.37.2";
-export const ETCD_VERSION = "v3.7.3";
+const KUBERNETES_VERSION = "v1.37.2";
+const ETCD_VERSION = "v3.7.3";
 
 /**
  * A cold build (nothing in the module cache or the build cache) compiles
  * about 2,000 packages; on 2 cores at the lowest priority that takes many
  * minutes (testbed/README.md has the times measured), more with the machine busy.
  */
-export const BUILD_TIMEOUT_MS = 40 * 60_000;
+const BUILD_TIMEOUT_MS = 40 * 60_000;
 
 /** Changes when the steps below change, so that a binary built by older steps is not reused. */
 const RECIPE_REVISION = 1;
 
 /** Where built binaries are kept: $CONTROLPLANE_CACHE_DIR, else beside the other built tools (testbed/tools). */
-export function controlPlaneCacheDir(): string {
+function controlPlaneCacheDir(): string {
   return process.env.CONTROLPLANE_CACHE_DIR ?? path.join(toolsDir(), "controlplane");
 }
 
@@ -41,7 +41,7 @@ export interface ControlPlaneBinaries {
   etcd: string;
 }
 
-export interface BuildReport {
+interface BuildReport {
   binary: string;
   /** Seconds the build took; 0 when the binary came from the cache. */
   seconds: number;
@@ -105,7 +105,7 @@ async function cachedBuild(name: string, version: string, log: Log, build: (work
 }
 
 /** kube-apiserver `version` from k8s.io/kubernetes, its version stamped in as the release's Makefile does. */
-export function buildKubeApiserver(log: Log = () => {}, version = KUBERNETES_VERSION): Promise<BuildReport> {
+function buildKubeApiserver(log: Log = () => {}, version = KUBERNETES_VERSION): Promise<BuildReport> {
   return cachedBuild("kube-apiserver", version, log, async (workDir, out) => {
     const env = buildEnv();
     const opts = { cwd: workDir, env, timeoutMs: BUILD_TIMEOUT_MS };
@@ -122,7 +122,7 @@ export function buildKubeApiserver(log: Log = () => {}, version = KUBERNETES_VER
 }
 
 /** etcd `version`: go.etcd.io/etcd/server/v3 is etcd's main package. */
-export function buildEtcd(log: Log = () => {}, version = ETCD_VERSION): Promise<BuildReport> {
+function buildEtcd(log: Log = () => {}, version = ETCD_VERSION): Promise<BuildReport> {
   return cachedBuild("etcd", version, log, async (workDir, out) => {
     const env = buildEnv();
     const opts = { cwd: workDir, env, timeoutMs: BUILD_TIMEOUT_MS };

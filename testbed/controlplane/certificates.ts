@@ -16,7 +16,7 @@ export interface Identity {
   groups: readonly string[];
 }
 
-export interface ControlPlaneCertificates {
+interface ControlPlaneCertificates {
   dir: string;
   caPath: string;
   caPem: string;

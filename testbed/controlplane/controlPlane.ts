@@ -67,7 +67,7 @@ export interface ControlPlane {
   stop(): Promise<void>;
 }
 
-export interface ControlPlaneOptions {
+interface ControlPlaneOptions {
   /** Binaries already built; default: built here (cached). */
   binaries?: ControlPlaneBinaries;
   /** The apiserver's port; default a free one. */

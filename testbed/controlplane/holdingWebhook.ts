@@ -37,7 +37,7 @@ export interface HoldingWebhook {
   close(): Promise<void>;
 }
 
-export const WEBHOOK_NAME = "hold.widgets.demo.lostwrite.dev";
+const WEBHOOK_NAME = "hold.widgets.demo.lostwrite.dev";
 
 interface Pending {
   match: { namespace: string; name: string; user?: string };

@@ -12,7 +12,7 @@
 export const WIDGET_GROUP = "demo.lostwrite.dev";
 export const WIDGET_VERSION = "v1";
 /** The phases the CRD's status schema accepts. */
-export const WIDGET_PHASES = ["Pending", "Ready", "Failed"] as const;
+const WIDGET_PHASES = ["Pending", "Ready", "Failed"] as const;
 /** The group every operator identity is in; the RBAC below binds it. */
 export const OPERATOR_GROUP = "lostwrite:operators";
 

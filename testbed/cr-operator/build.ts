@@ -13,7 +13,7 @@ const SOURCE = path.dirname(fileURLToPath(import.meta.url));
 /** A first build on a machine fetches about 80 modules and compiles them all (see testbed/README.md for times). */
 const BUILD_TIMEOUT_MS = 600_000;
 
-export interface CrOperatorBuild {
+interface CrOperatorBuild {
   /** true: `-ldflags=-s -w`, as many release images ship; false: as kubebuilder's Makefile builds a manager, symbols kept. */
   stripped: boolean;
   /** "local": the Go on PATH; "go1.27.3": that release, fetched by the go command (GOTOOLCHAIN). */
@@ -23,7 +23,7 @@ export interface CrOperatorBuild {
 }
 
 /** The binary's file name; its first 15 bytes are its comm, so every variant's comm starts with "cr-operator". */
-export function crOperatorName(opts: CrOperatorBuild): string {
+function crOperatorName(opts: CrOperatorBuild): string {
   const go = opts.go && opts.go !== "local" ? `-${opts.go}` : "";
   const tags = opts.tags?.length ? `-${opts.tags.join("_")}` : "";
   return `cr-operator${opts.stripped ? "" : "-symbols"}${go}${tags}`;

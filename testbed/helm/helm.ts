@@ -15,18 +15,18 @@ import { fileURLToPath } from "node:url";
 import { goEnv, run } from "../goBuild.ts";
 import { toolsDir } from "../tools/moduleTools.ts";
 
-export const HELM_VERSION = "v4.3.2";
+const HELM_VERSION = "v4.3.2";
 const SOURCE = path.dirname(fileURLToPath(import.meta.url));
 /** A cold build on 2 busy cores takes about 7 minutes. */
 const BUILD_TIMEOUT_MS = 1_200_000;
 
 /** $HELM_BUILD_CACHE_DIR, else beside the other built tools (testbed/tools). */
-export function helmCacheDir(): string {
+function helmCacheDir(): string {
   return process.env.HELM_BUILD_CACHE_DIR ?? path.join(toolsDir(), "helm");
 }
 
 /** Where the cached binary is, built or not. */
-export function helmPath(): string {
+function helmPath(): string {
   return path.join(helmCacheDir(), `helm-${HELM_VERSION}`);
 }
 

@@ -40,7 +40,7 @@ function aptOptions(suite: Kernel["suite"]): string[] {
   ];
 }
 
-export interface CachedKernel {
+interface CachedKernel {
   /** The kernel image. */
   vmlinuz: string;
   /** The unpacked package: virtme-ng finds the modules under its lib/modules, above the image. */

@@ -19,7 +19,7 @@ import { kernelNamed, type Kernel } from "./kernels.ts";
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const GUEST_SCRIPT = path.join(REPO, "testbed/kernels/guest.sh");
 
-export interface RunOptions {
+interface RunOptions {
   /** Whole run, boot included; the VM is killed after it. */
   timeoutMs: number;
   /** Environment for the command, on top of the host's PATH, HOME and CI. */
@@ -34,7 +34,7 @@ export interface RunOptions {
   console?: (chunk: string) => void;
 }
 
-export interface RunResult {
+interface RunResult {
   kernel: string;
   /** uname -r of the booted kernel. */
   release: string;

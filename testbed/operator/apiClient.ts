@@ -11,7 +11,7 @@
 import http2 from "node:http2";
 import { context, propagation, SpanKind, SpanStatusCode, trace, type Context, type Tracer } from "@opentelemetry/api";
 
-export interface ApiClientOptions {
+interface ApiClientOptions {
   /** https://host:port */
   server: string;
   ca?: string | Buffer;
@@ -26,7 +26,7 @@ export interface ApiClientOptions {
 }
 
 /** An HTTP answer outside 2xx, with the Kubernetes Status reason when there is one. */
-export class HttpStatusError extends Error {
+class HttpStatusError extends Error {
   readonly status: number;
   readonly reason: string | undefined;
   /** The answer's body (a Kubernetes Status). */
@@ -40,7 +40,7 @@ export class HttpStatusError extends Error {
   }
 }
 
-export interface ApiResponse {
+interface ApiResponse {
   status: number;
   body: unknown;
 }

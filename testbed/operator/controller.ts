@@ -10,7 +10,7 @@ import { ApiClient } from "./apiClient.ts";
 import { GROUP, PLURAL, Reconciler, VERSION, type Logger, type Mode, type Widget } from "./reconciler.ts";
 import { WorkQueue } from "./workQueue.ts";
 
-export interface OperatorOptions {
+interface OperatorOptions {
   kubeconfigPath: string;
   mode: Mode;
   workers: number;
@@ -24,7 +24,7 @@ export interface OperatorOptions {
   throttleRetries?: number;
 }
 
-export interface Operator {
+interface Operator {
   client: ApiClient;
   queue: WorkQueue;
   stop(): Promise<void>;

@@ -16,9 +16,9 @@ export const MODES: readonly Mode[] = ["correct", "swallow", "update-main"];
 export const GROUP = "demo.lostwrite.dev";
 export const VERSION = "v1";
 export const PLURAL = "widgets";
-export const CONTROLLER = "widget";
+const CONTROLLER = "widget";
 
-export interface WidgetCondition {
+interface WidgetCondition {
   type: string;
   status: "True" | "False" | "Unknown";
   reason: string;
@@ -41,14 +41,14 @@ export interface Widget {
   status?: WidgetStatus;
 }
 
-export type ReconcileResult = "written" | "up-to-date" | "swallowed" | "gone";
+type ReconcileResult = "written" | "up-to-date" | "swallowed" | "gone";
 
 export interface Logger {
   (fields: Record<string, unknown>): void;
 }
 
 /** The status a Widget should have: Ready unless spec.paused. */
-export function desiredStatus(widget: Widget, now: Date): WidgetStatus {
+function desiredStatus(widget: Widget, now: Date): WidgetStatus {
   const generation = widget.metadata?.generation ?? 0;
   const paused = widget.spec?.paused === true;
   const phase = paused ? "Paused" : "Ready";
@@ -66,12 +66,12 @@ export function desiredStatus(widget: Widget, now: Date): WidgetStatus {
   };
 }
 
-export function isUpToDate(widget: Widget): boolean {
+function isUpToDate(widget: Widget): boolean {
   const desired = desiredStatus(widget, new Date());
   return widget.status?.observedGeneration === desired.observedGeneration && widget.status?.phase === desired.phase;
 }
 
-export interface ReconcilerOptions {
+interface ReconcilerOptions {
   client: ApiClient;
   tracer: Tracer;
   mode: Mode;

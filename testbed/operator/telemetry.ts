@@ -7,7 +7,7 @@ import { trace, type Tracer } from "@opentelemetry/api";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { NodeSDK } from "@opentelemetry/sdk-node";
 
-export interface Telemetry {
+interface Telemetry {
   tracer: Tracer;
   shutdown(): Promise<void>;
 }

@@ -5,7 +5,7 @@
 //   - failures requeue with per-key exponential backoff until forget().
 // Bounded: past `capacity` distinct keys, adds are dropped and counted.
 
-export interface WorkQueueOptions {
+interface WorkQueueOptions {
   capacity?: number;
   baseDelayMs?: number;
   maxDelayMs?: number;

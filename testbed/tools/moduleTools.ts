@@ -12,7 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { goEnv, run } from "../goBuild.ts";
 
-export interface ModuleTool {
+interface ModuleTool {
   /** The binary's name, e.g. "prometheus". */
   name: string;
   /** The Go module and its release, as the module proxy serves it. */

@@ -60,7 +60,7 @@ export interface LossMeta {
   matchedSpan: { traceId: string; spanId: string } | null;
 }
 
-export interface CorrelatorOptions {
+interface CorrelatorOptions {
   /** The correlator adds received spans to it (addSpans) and queries it. */
   index: SpanIndex;
   metrics: AgentMetrics;

@@ -10,7 +10,7 @@
 // and the hrtime reads just before and after bound when it happened. Of
 // several samples the one with the smallest bracket (RTT) wins.
 
-export interface MonotonicClockOptions {
+interface MonotonicClockOptions {
   /** Wall-clock milliseconds; injectable for tests. */
   wallMs?: () => number;
   /** CLOCK_MONOTONIC nanoseconds; injectable for tests. */
@@ -19,7 +19,7 @@ export interface MonotonicClockOptions {
   samples?: number;
 }
 
-export interface ClockSample {
+interface ClockSample {
   /** wall ns − monotonic ns. */
   offsetNs: bigint;
   /** Width of the bracket the sample was taken in: the offset's uncertainty. */

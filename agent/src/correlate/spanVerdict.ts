@@ -20,7 +20,7 @@ export function isRejectedStatus(code: number): boolean {
 }
 
 /** The span recorded an error: status ERROR, an error.type, or an HTTP status >= 400. */
-export function spanRecordedError(span: IndexedSpan): boolean {
+function spanRecordedError(span: IndexedSpan): boolean {
   if (span.status === "error") return true;
   if (span.request?.errorType != null) return true;
   return span.request?.statusCode != null && span.request.statusCode >= 400;
@@ -84,7 +84,7 @@ export type IsApiserver = (host: string, port: number) => boolean;
  * Service ClusterIP while the kernel sees the backend: two addresses that are
  * both apiserver endpoints are the same apiserver.
  */
-export function sameServer(span: IndexedSpan, apiserver: string, isApiserver: IsApiserver = () => false): boolean {
+function sameServer(span: IndexedSpan, apiserver: string, isApiserver: IsApiserver = () => false): boolean {
   const req = span.request;
   if (req === null) return true;
   const peer = splitHostPort(apiserver);
@@ -101,7 +101,7 @@ function isIpLiteral(address: string): boolean {
   return /^\d{1,3}(\.\d{1,3}){3}$/.test(address) || unbracketHost(address).includes(":");
 }
 
-export interface KernelFailure {
+interface KernelFailure {
   /** Wall-clock ns of the failure. */
   wallNs: bigint;
   tid: number;

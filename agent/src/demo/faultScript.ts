@@ -13,14 +13,14 @@ import type { Rule, Scenario } from "../../../testbed/apiserver/scenario.ts";
 import { WIDGETS, WIDGETS_PER_OPERATOR, widgetName, type DemoStack, type RunningOperator } from "./stack.ts";
 import type { StatusWriter } from "./statusWriter.ts";
 
-export interface StepReport {
+interface StepReport {
   index: number;
   rule: Rule & { id: string };
   state: "started" | "fired" | "not-fired" | "skipped";
   records: FaultRecord[];
 }
 
-export interface ScriptOptions {
+interface ScriptOptions {
   /** Steps whose `at` lies past this are skipped (ms); Infinity runs them all. */
   durationMs: number;
   signal: AbortSignal;

@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { execa } from "execa";
 
-export interface InstallStep {
+interface InstallStep {
   /** What is missing, in words. */
   why: string;
   /** The command, as it runs and as it is printed. */

@@ -4,7 +4,7 @@
 // run for each one missing.
 import { collectChecks } from "../doctor.ts";
 
-export interface Missing {
+interface Missing {
   what: string;
   fix: string;
 }

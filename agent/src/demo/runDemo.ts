@@ -24,8 +24,8 @@ import { expectedDetections, matchDetections, type DemoOperator, type MatchResul
 import { bracketHost as hostForUrl, splitHostPort } from "../hostPort.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
-export const DEFAULT_SCENARIO = path.join(repoRoot, "testbed/scenarios/demo.yaml");
-export const SHIPPED_RECORDING = "recordings/demo.jsonl";
+const DEFAULT_SCENARIO = path.join(repoRoot, "testbed/scenarios/demo.yaml");
+const SHIPPED_RECORDING = "recordings/demo.jsonl";
 const CORRELATION_WINDOW_MS = 3000;
 
 const durationMs = z

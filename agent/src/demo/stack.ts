@@ -25,10 +25,10 @@ const OPERATOR_MAIN = path.join(repoRoot, "testbed/operator/main.ts");
 export const WIDGETS = "demo.lostwrite.dev/v1/widgets";
 export const WIDGETS_PER_OPERATOR = 3;
 
-export type OperatorMode = "correct" | "swallow";
+type OperatorMode = "correct" | "swallow";
 
 /** One sample operator, owning one namespace so a fault rule's path picks the operator. */
-export interface OperatorSpec {
+interface OperatorSpec {
   mode: OperatorMode;
   namespace: string;
   /** The Node operator (testbed/operator) or the Go one (testbed/go-operator: client-go's shape, one HTTP/2 connection). */
@@ -47,7 +47,7 @@ export function operatorLabel(op: Pick<OperatorSpec, "mode" | "runtime">): strin
 }
 
 /** The operators this machine can run: the Go one needs a Go toolchain to be built. */
-export function demoOperators(): OperatorSpec[] {
+function demoOperators(): OperatorSpec[] {
   return DEMO_OPERATORS.filter((op) => op.runtime === "node" || goUnavailable() === null);
 }
 
@@ -72,7 +72,7 @@ export interface DemoStack {
   close(): Promise<void>;
 }
 
-export interface StackOptions {
+interface StackOptions {
   dir: string;
   /** The agent's /metrics and /events address, ADDR:PORT. */
   listen: string;

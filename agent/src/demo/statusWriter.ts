@@ -11,7 +11,7 @@ import type { WriteStream } from "node:fs";
 import { z } from "zod";
 
 const SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), "statusWriter.py");
-export const STATUS_WRITER_COMM = "status-writer";
+const STATUS_WRITER_COMM = "status-writer";
 /** The namespace of the status writer's Widget: a fault rule's path picks it by that. */
 export const STATUS_WRITER_NAMESPACE = "writer";
 const COMMAND_TIMEOUT_MS = 15_000;

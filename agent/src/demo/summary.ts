@@ -50,7 +50,7 @@ export interface MatchResult {
   agree: boolean;
 }
 
-export interface MatchOptions {
+interface MatchOptions {
   /** An event may precede its injection record by this much (the record is written after the act). */
   beforeMs?: number;
   /** ... and follow it by this much (retries, correlation). */
@@ -59,7 +59,7 @@ export interface MatchOptions {
 
 const NAMESPACE_IN_PATH = /\/namespaces\/([^/]+)\//;
 
-export function namespaceOfPath(path: string | null | undefined): string | null {
+function namespaceOfPath(path: string | null | undefined): string | null {
   if (path === null || path === undefined) return null;
   return NAMESPACE_IN_PATH.exec(path)?.[1] ?? null;
 }
@@ -108,14 +108,14 @@ export function expectedDetections(
 }
 
 /** The operator (its namespace) an event belongs to. */
-export function operatorOfEvent(event: LossEvent, operators: readonly DemoOperator[]): string | null {
+function operatorOfEvent(event: LossEvent, operators: readonly DemoOperator[]): string | null {
   const byPid = operators.find((op) => event.pid !== null && op.pid === event.pid);
   if (byPid !== undefined) return byPid.namespace;
   const namespace = event.reconcile?.namespace ?? namespaceOfPath(event.request?.path);
   return namespace !== null && operators.some((op) => op.namespace === namespace) ? namespace : null;
 }
 
-export function eventTimeMs(event: LossEvent): number {
+function eventTimeMs(event: LossEvent): number {
   const ns = parseRfc3339Ns(event.time);
   return ns === null ? Number.NaN : Number(ns / 1_000_000n);
 }

@@ -11,7 +11,7 @@ import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { TICK_MS } from "./graphClock.ts";
 import type { LossGraph } from "./lossGraph.ts";
 
-export interface LiveClockOptions {
+interface LiveClockOptions {
   /** Report how many Go lines wait (lostwrite_queue_length{queue="goRequests"}): with Go probes. */
   goQueueGauge: boolean;
   metrics: AgentMetrics;

@@ -41,19 +41,19 @@ import { syscallName } from "../vocabulary/syscalls.ts";
 import type { GraphClock } from "./graphClock.ts";
 
 /** What is known of a target pid: identity for labels and events, NSpid for spans. */
-export type KnownProcess = { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string; sinceMs: number };
+type KnownProcess = { identity: Omit<ProcessIdentity, "tid">; nsPids: number[] | null; comm: string; sinceMs: number };
 
 /** The targets, as the graph asks them (the live agent's TargetWatcher). */
-export interface KnownProcesses {
+interface KnownProcesses {
   identity(pid: number): KnownProcess | undefined;
 }
 
 /** The apiserver endpoints, as the graph asks them (the live agent's EndpointSync). */
-export interface Apiservers {
+interface Apiservers {
   has(host: string, port: number): boolean;
 }
 
-export interface LossGraphOptions {
+interface LossGraphOptions {
   config: Config;
   metrics: AgentMetrics;
   /** Kernel CLOCK_MONOTONIC → wall clock, for the events' times. */

@@ -3,7 +3,7 @@
 import type { LossEvent } from "../model.ts";
 import type { AgentMetrics } from "../telemetry/metrics.ts";
 
-export interface EventLogOptions {
+interface EventLogOptions {
   metrics: AgentMetrics;
   /**
    * Bytes the stream may hold unwritten before events are dropped (counted in
@@ -13,7 +13,7 @@ export interface EventLogOptions {
   maxBufferedBytes?: number;
 }
 
-export interface EventLog {
+interface EventLog {
   write(event: LossEvent): void;
 }
 

@@ -13,7 +13,7 @@ import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { parseRfc3339Ns } from "./rfc3339.ts";
 
 /** Close codes a client sees. 1013 (Try Again Later) and 1008 (Policy Violation) are RFC 6455 codes. */
-export const FEED_CLOSE = {
+const FEED_CLOSE = {
   shuttingDown: 1001,
   badRequest: 1008,
   slowClient: 1013,

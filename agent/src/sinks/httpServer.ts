@@ -11,7 +11,7 @@ import http from "../nodeHttp.ts";
 import { Registry } from "prom-client";
 import type { AgentMetrics } from "../telemetry/metrics.ts";
 
-export type MetricsFormat = "openmetrics" | "text";
+type MetricsFormat = "openmetrics" | "text";
 
 /**
  * The exposition format for an Accept header: the most preferred (highest q,
@@ -44,7 +44,7 @@ export function negotiateMetricsFormat(accept: string | undefined): MetricsForma
   return "text";
 }
 
-export interface HttpServerOptions {
+interface HttpServerOptions {
   host: string;
   port: number;
   metrics: AgentMetrics;

@@ -47,7 +47,7 @@ export function recordLoss(metrics: AgentMetrics, event: LossEvent, controller: 
 }
 
 /** What the sink asks of the targets: the controller of a process, when it is known. */
-export interface ProcessControllers {
+interface ProcessControllers {
   identity(pid: number): { identity: Pick<ProcessIdentity, "controller"> } | undefined;
 }
 

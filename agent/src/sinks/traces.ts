@@ -34,9 +34,9 @@ import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { nsToHrTime, parseRfc3339Ns } from "./rfc3339.ts";
 import { splitHostPort } from "../hostPort.ts";
 
-export const LOST_WRITE_SPAN_NAME = "status write lost";
+const LOST_WRITE_SPAN_NAME = "status write lost";
 
-export interface TraceSinkOptions {
+interface TraceSinkOptions {
   enabled: boolean;
   /** Overrides OTEL_SERVICE_NAME; without either the resource says service.name=lostwrite. */
   serviceName?: string;

@@ -19,7 +19,7 @@ import { TLS_TRACEPOINT } from "./tls/tlsProbeProgram.ts";
 import { TlsProbes } from "./tls/tlsProbes.ts";
 import { newProgramsCanMatch } from "./targets/targetRules.ts";
 
-export interface UprobeSourcesOptions {
+interface UprobeSourcesOptions {
   config: Config;
   agentHostPid: number;
   /** Whether a pid is a target now. */

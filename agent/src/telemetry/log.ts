@@ -4,7 +4,7 @@
 // how many they held back.
 import { BoundedMap, BoundedSet } from "../boundedMap.ts";
 
-export type LogLevel = "info" | "warn" | "error";
+type LogLevel = "info" | "warn" | "error";
 export type LogFields = Record<string, unknown>;
 
 export interface Logger {
@@ -17,7 +17,7 @@ export interface Logger {
   warnOnce(key: string, msg: string, fields?: LogFields): void;
 }
 
-export interface LoggerOptions {
+interface LoggerOptions {
   /** Interval of warnRateLimited, per key. Default 60 s. */
   intervalMs?: number;
   /** Keys remembered by warnRateLimited and warnOnce; the oldest is forgotten past it. Default 1024. */

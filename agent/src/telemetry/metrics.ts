@@ -44,7 +44,7 @@ const workload = ["namespace", "pod", "container", "process"] as const;
 export const EXEMPLAR_METRICS = ["lostwrite_status_write_lost_total"] as const;
 
 /** An exemplar's labels: the trace, and the span within it when known. */
-export interface ExemplarLabels {
+interface ExemplarLabels {
   trace_id: string;
   span_id?: string;
 }
@@ -106,7 +106,7 @@ function formatNumber(value: number): string {
 }
 
 /** lostwrite_events_dropped_total, whose labels only take values of the drop vocabulary. */
-export type DropCounter = Omit<Counter<"stage" | "reason">, "inc"> & {
+type DropCounter = Omit<Counter<"stage" | "reason">, "inc"> & {
   inc(labels: { stage: DropStage; reason: DropReason }, value?: number): void;
 };
 

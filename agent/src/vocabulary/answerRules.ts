@@ -14,4 +14,3 @@ export const ANSWER_RULES = {
   syscalls: "any_read",
 } as const satisfies Record<ProbeVariant, string>;
 
-export type AnswerRule = (typeof ANSWER_RULES)[ProbeVariant];

@@ -30,7 +30,6 @@ export type Noticed = (typeof NOTICED)[number];
 
 /** Which kind of request was lost: a status write, another request, or not known (socket path without a span). */
 export const REQUESTS = ["status", "other", "unknown"] as const;
-export type RequestKind = (typeof REQUESTS)[number];
 
 /** Whether the kernel could tell the request went unanswered: uncertain where a TLS 1.3 session ticket may have looked like its answer. */
 export const VERDICTS = ["certain", "uncertain"] as const;

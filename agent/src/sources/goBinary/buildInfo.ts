@@ -25,7 +25,7 @@ export interface ModuleVersion {
   replacement: { path: string; version: string } | null;
 }
 
-export interface BuildInfo {
+interface BuildInfo {
   /** As the toolchain wrote it: "go1.23.8", "go1.21rc2", "devel go1.24-abc123 …". */
   goVersion: string;
   /** The main module and every dependency, by module path; empty when built without modules. */

@@ -13,7 +13,7 @@ export interface ByteSource {
 }
 
 /** The largest single range any parser may ask for: pclntab pieces of very large binaries fit well under it. */
-export const MAX_READ_BYTES = 256 * 1024 * 1024;
+const MAX_READ_BYTES = 256 * 1024 * 1024;
 
 function checkRange(size: number, offset: number, length: number, what: string): void {
   if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
@@ -27,18 +27,7 @@ function checkRange(size: number, offset: number, length: number, what: string):
   }
 }
 
-/** A ByteSource over an in-memory buffer, for tests and for data already read. */
-export function bufferSource(buffer: Buffer): ByteSource {
-  return {
-    size: buffer.length,
-    read(offset, length, what) {
-      checkRange(buffer.length, offset, length, what);
-      return Promise.resolve(buffer.subarray(offset, offset + length));
-    },
-  };
-}
-
-export interface FileSource extends ByteSource {
+interface FileSource extends ByteSource {
   close(): Promise<void>;
 }
 

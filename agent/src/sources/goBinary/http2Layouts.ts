@@ -70,7 +70,7 @@ const HTTP_REQUEST: Http2Layout = { ...COMMON, requestMethod: 0, requestUrl: 16 
 const CLIENT_REQUEST: Http2Layout = { ...COMMON, requestMethod: 16, requestUrl: 32 };
 
 /** An inclusive range of Go 1.x minors, and of golang.org/x/net versions for the x/net family. */
-export interface VerifiedLayout {
+interface VerifiedLayout {
   family: Http2FamilyName;
   goMinors: { from: number; to: number };
   xNet: { from: string; to: string } | null;

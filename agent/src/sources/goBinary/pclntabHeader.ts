@@ -17,7 +17,7 @@ import { NotInspectable } from "./notInspectable.ts";
 
 export type PclntabLayout = "go1.2" | "go1.16" | "go1.18" | "go1.20";
 
-export const PCLNTAB_MAGIC: Record<number, PclntabLayout> = {
+const PCLNTAB_MAGIC: Record<number, PclntabLayout> = {
   0xfffffffb: "go1.2",
   0xfffffffa: "go1.16",
   0xfffffff0: "go1.18",

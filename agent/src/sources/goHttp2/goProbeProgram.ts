@@ -28,7 +28,7 @@ export const PATH_PARTS = 3;
 /** What the Go programs add to bpftrace's environment: strings as long as a path piece. */
 export const GO_PROBE_ENV = { BPFTRACE_STRLEN: String(PATH_PART_BYTES + 8) } as const;
 
-export interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
+interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
   /** What bpftrace attaches to: the binary through a path that outlives its processes, e.g. /proc/<agent>/fd/12. */
   binary: string;
   families: readonly Pick<Http2Family, "name" | "functions" | "layout">[];

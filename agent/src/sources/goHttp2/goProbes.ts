@@ -22,7 +22,7 @@ export interface GoLines {
   forgetGoProcess(pid: number, atNs: bigint): void;
 }
 
-export interface GoProbesOptions extends UprobeContext {
+interface GoProbesOptions extends UprobeContext {
   lines: GoLines;
   /** Binaries remembered, probed or not (default 1024). */
   binaryCapacity?: number;

@@ -22,13 +22,13 @@ import { recursionMisses } from "./missedRuns.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 
-export interface Log {
+interface Log {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 
 /** A program other than the socket probe: no control channel, its own text and health metrics. */
-export interface OtherProgram {
+interface OtherProgram {
   /** The program text, rendered afresh at every (re)start. */
   render: () => string;
   /** Extra bpftrace flags, e.g. ["--unsafe"]. */
@@ -40,7 +40,7 @@ export interface OtherProgram {
   restarted: (reason: ProbeRestartReason) => void;
 }
 
-export interface SupervisorOptions {
+interface SupervisorOptions {
   variant: ProbeVariant;
   /** Run this program instead of the socket probe of `variant`. */
   program?: OtherProgram;
@@ -73,7 +73,7 @@ export interface SupervisorOptions {
 // the Go probes attach only at function entries, taken from the pclntab.
 const KNOWN_HARMLESS = /RLIMIT_MEMLOCK|Could not determine instruction boundary/;
 
-export interface RestartDelayInput {
+interface RestartDelayInput {
   /** The instance that exited had attached and run at least healthyRunMs. */
   healthy: boolean;
   /** Instances in a row that died unhealthy before this one (ignored after a healthy run). */

@@ -6,7 +6,7 @@ import type { Logger } from "../../telemetry/log.ts";
 import { formatHostPort } from "../../hostPort.ts";
 import { endpointKey, type EndpointKey } from "./endpointKey.ts";
 
-export type EndpointChange = (key: EndpointKey, present: boolean) => Promise<void>;
+type EndpointChange = (key: EndpointKey, present: boolean) => Promise<void>;
 
 export class EndpointSync {
   private readonly configured: readonly EndpointKey[];

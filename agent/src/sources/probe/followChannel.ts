@@ -30,7 +30,7 @@ const PID_LIMIT = 1 << 22;
 /** The second byte of every follow address (127.254.x.y). */
 export const FOLLOW_NET_BYTE = 254;
 
-export interface FollowAddresses {
+interface FollowAddresses {
   /** Source and destination, dotted quads in 127.254.0.0/16. */
   local: string;
   remote: string;

@@ -47,7 +47,7 @@ export interface FollowedPidsOptions {
   onThreadExit?: string;
 }
 
-export interface FollowedPidsProgram {
+interface FollowedPidsProgram {
   /** Statements for BEGIN, before its hello: the initial pids, each with its `follow` line. */
   begin: string;
   /** Whole probe blocks: the follow messages, exec and exit. */
@@ -136,7 +136,7 @@ export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram 
   return { begin, probes: [message, exec, exit], end: "clear(@lw_pids); clear(@lw_said); clear(@lw_exec_watch);" };
 }
 
-export interface UprobeProgramParts {
+interface UprobeProgramParts {
   /** Comment lines that open the program: what generated it, and for which file. */
   comment: string[];
   follow: FollowedPidsOptions;

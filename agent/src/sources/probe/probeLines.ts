@@ -86,8 +86,6 @@ export const PROBE_FAMILIES = {
   },
 } as const satisfies Record<string, Record<string, Record<string, FieldType>>>;
 
-export type ProbeFamily = keyof typeof PROBE_FAMILIES;
-
 /** Socket-family kinds only probes/apiserver_sockets.bt prints: they need its answer rule (tcp_sock's counters), which the syscalls variant has not. */
 export const SOCKETS_VARIANT_ONLY: readonly string[] = ["ambiguous"];
 

@@ -19,7 +19,7 @@ export type ProbeRecord =
   | { type: "counters"; map: CounterMap; entries: { key: number[]; value: bigint }[] }
   | { type: "lost"; events: number };
 
-export type ParseResult = { ok: true; record: ProbeRecord } | { ok: false; error: string };
+type ParseResult = { ok: true; record: ProbeRecord } | { ok: false; error: string };
 
 const envelope = z.discriminatedUnion("type", [
   z.object({ type: z.literal("attached_probes"), data: z.object({ probes: z.number() }) }),

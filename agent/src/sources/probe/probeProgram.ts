@@ -84,7 +84,7 @@ export function probesDir(): string {
   return path.join(root, "probes");
 }
 
-export function programPath(variant: ProbeVariant): string {
+function programPath(variant: ProbeVariant): string {
   return path.join(probesDir(), PROGRAM_FILES[variant]);
 }
 

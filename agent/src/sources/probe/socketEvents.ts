@@ -17,12 +17,12 @@ const peer = formatHostPort;
 
 const base = { unansweredBytes: null, unansweredForMs: null, retransmits: null } as const;
 
-export type ProbeVerdict =
+type ProbeVerdict =
   | { kind: "loss"; event: SocketEvent; connectionLoss: ConnectionLossReason | null }
   | { kind: "connection_loss"; pid: number; process: string; reason: ConnectionLossReason }
   | { kind: "none" };
 
-export interface VerdictOptions {
+interface VerdictOptions {
   /**
    * Unanswered bytes below this are protocol chatter (an HTTP/2 WINDOW_UPDATE
    * or PING in a TLS record is ~40 bytes), not a request.

@@ -25,7 +25,7 @@ import type { FollowedPidsOptions } from "./followedPids.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
 
 /** What one file's program is. */
-export interface ProbedFileSpec {
+interface ProbedFileSpec {
   /** The file as the agent can open it now, e.g. /host/proc/4242/exe: opened once, and held. */
   path: string;
   /** The program text, attaching through `file` and following `pids` from its start. */
@@ -55,7 +55,7 @@ export interface UprobeContext {
   isTarget: (pid: number) => boolean;
 }
 
-export interface UprobeProgramsOptions extends Omit<UprobeContext, "nowNs"> {
+interface UprobeProgramsOptions extends Omit<UprobeContext, "nowNs"> {
   /** How logs and program names call one: "Go probe", "TLS probe". */
   what: string;
   /** Programs attached now, and restarts by reason. */

@@ -31,7 +31,7 @@ import { z } from "zod";
 export const RECORD_FORMAT_VERSION = 3;
 /** The versions a reader takes: version 1's lines are upgraded as they are read. */
 export const READABLE_FORMAT_VERSIONS = [1, 2, 3] as const;
-export const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached", "target"] as const;
+const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached", "target"] as const;
 
 export interface HeaderRecord {
   kind: "header";
@@ -124,8 +124,8 @@ export type DataRecord = ProbeRecord | SpansRecord | ClockRecord | GoProbeRecord
 export type RecordEntry = HeaderRecord | DataRecord;
 
 // Limits on what one record may hold, so a damaged file cannot blow memory.
-export const MAX_PROBE_LINE_CHARS = 64 * 1024;
-export const MAX_SPANS_BODY_BASE64_CHARS = 32 * 1024 * 1024;
+const MAX_PROBE_LINE_CHARS = 64 * 1024;
+const MAX_SPANS_BODY_BASE64_CHARS = 32 * 1024 * 1024;
 
 const monotonicNs = z
   .string({ error: "want CLOCK_MONOTONIC nanoseconds as a decimal string" })
@@ -213,7 +213,7 @@ const schemaByKind = {
   }),
 } as const;
 
-export type ParseResult = { ok: true; record: RecordEntry } | { ok: false; error: string };
+type ParseResult = { ok: true; record: RecordEntry } | { ok: false; error: string };
 
 /** Validates one line of a record file; errors name the key and quote the value. */
 export function parseRecordLine(text: string): ParseResult {

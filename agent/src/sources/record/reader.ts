@@ -12,14 +12,14 @@ export interface BadRecord {
   message: string;
 }
 
-export interface RecordReaderOptions {
+interface RecordReaderOptions {
   /** Told about each skipped record. */
   onBadRecord?: (bad: BadRecord) => void;
   /** Longest line accepted; longer ones are skipped unread. Default 64 MiB. */
   maxLineBytes?: number;
 }
 
-export interface RecordReader {
+interface RecordReader {
   header: HeaderRecord;
   /** The records after the header, in file order. Can be iterated once. */
   records(): AsyncGenerator<DataRecord>;

@@ -10,7 +10,7 @@ import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import { RECORD_FORMAT_VERSION, serializeRecord, type DataRecord, type HeaderRecord, type RecordedSender, type RecordEntry } from "./format.ts";
 
-export interface RecordWriterOptions {
+interface RecordWriterOptions {
   header: {
     node: string;
     clockOffsetNs: bigint;

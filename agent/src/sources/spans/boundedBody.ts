@@ -4,7 +4,7 @@
 import type { IncomingMessage } from "node:http";
 import { createGunzip } from "node:zlib";
 
-export type BodyResult =
+type BodyResult =
   | { ok: true; raw: Buffer; decoded: Buffer }
   | { ok: false; reason: "too_large" | "malformed"; detail: string };
 

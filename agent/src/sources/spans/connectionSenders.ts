@@ -17,7 +17,7 @@ import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { AcceptedConnection } from "./procNetTcp.ts";
 import type { SocketOwner } from "./socketOwner.ts";
 
-export interface ConnectionSendersOptions {
+interface ConnectionSendersOptions {
   lookup: (connection: AcceptedConnection) => Promise<SocketOwner | null>;
   metrics: AgentMetrics;
   /** Connections remembered (default 1024). */

@@ -42,7 +42,7 @@ export function parseForwarder(text: string): ForwarderSelector | { error: strin
 }
 
 /** What the agent knows of a sender to match forwarders on. */
-export interface ForwarderFacts {
+interface ForwarderFacts {
   /** The executable of the process holding the connection; null when not found. */
   exe: string | null;
   /** The sender's pod; null when it is in none, or none is known. */

@@ -94,7 +94,7 @@ export interface IndexedSpan {
 }
 
 /** Thrown for a request whose spans break the protocol (bad ids, end before start). */
-export class InvalidSpanError extends Error {}
+class InvalidSpanError extends Error {}
 
 const TRACE_ID = /^[0-9a-f]{32}$/;
 const SPAN_ID = /^[0-9a-f]{16}$/;

@@ -12,7 +12,7 @@ export interface ForwardBatch {
   contentEncoding: string | null;
 }
 
-export interface OtlpForwarderOptions {
+interface OtlpForwarderOptions {
   url: string;
   metrics: AgentMetrics;
   /** Batches waiting to be sent; more are dropped. */

@@ -20,7 +20,7 @@ import type { OtlpReceiver } from "./otlpReceiver.ts";
 import { encodeProtobufTraceResponse } from "./otlpProtobuf.ts";
 import type { SpanIntake } from "./spanIntake.ts";
 
-export interface OtlpGrpcReceiverOptions {
+interface OtlpGrpcReceiverOptions {
   /** host:port ("[::1]:4317" for IPv6); port 0 picks a free one. */
   listen: string;
   /** Limit on a request message, both as sent and after grpc-encoding. */
@@ -199,7 +199,7 @@ export async function startOtlpGrpcReceiver(opts: OtlpGrpcReceiverOptions): Prom
 }
 
 /** The port of grpc-js's peer text; null when it has none. */
-export function peerPort(peer: string): number | null {
+function peerPort(peer: string): number | null {
   const port = /:(\d+)$/.exec(peer)?.[1];
   return port === undefined ? null : Number(port);
 }

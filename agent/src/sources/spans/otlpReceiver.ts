@@ -13,7 +13,7 @@ import { isMediaType, type MediaType, type SpanIntake } from "./spanIntake.ts";
 import { parseHostPort } from "../../hostPort.ts";
 import type { SpanRejectReason } from "../../telemetry/metrics.ts";
 
-export interface OtlpReceiverOptions {
+interface OtlpReceiverOptions {
   /** host:port ("[::1]:4318" for IPv6); port 0 picks a free one. */
   listen: string;
   /** Limit on the body, both as sent and after decompression. */

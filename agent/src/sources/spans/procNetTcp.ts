@@ -19,7 +19,7 @@ export interface Endpoint {
   port: number;
 }
 
-export interface TcpSocketRow {
+interface TcpSocketRow {
   local: Endpoint;
   remote: Endpoint;
   /** TCP state number (1 = ESTABLISHED). */

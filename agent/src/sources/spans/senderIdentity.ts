@@ -21,7 +21,7 @@ export interface TargetView {
   all(): KnownProcess[];
 }
 
-export interface SenderIdentityOptions {
+interface SenderIdentityOptions {
   procRoot: string;
   targets: TargetView;
   forwarders: readonly ForwarderSelector[];

@@ -155,7 +155,7 @@ export type ClaimVerdict =
   | { ok: true; process: SpanProcess; proven: boolean }
   | { ok: false; reason: "sender_mismatch"; detail: string; claimed: string; actual: string };
 
-export interface ClaimContext {
+interface ClaimContext {
   /** Kubernetes mode: a target's pod is known, so a target outside pods is on the node. */
   podsKnown: boolean;
   /** The target a resource names by its process.pid (and pod, when it names one); null when it names none. */

@@ -16,7 +16,7 @@ import path from "node:path";
 import { isLoopbackAddress } from "../../ipAddress.ts";
 import { type AcceptedConnection, findClientSocket, parseProcNetTcp } from "./procNetTcp.ts";
 
-export interface SocketOwnerOptions {
+interface SocketOwnerOptions {
   /** The host's /proc as the agent sees it (--proc-root). */
   procRoot: string;
   /** Host pids of the target processes now. */

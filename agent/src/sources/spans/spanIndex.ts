@@ -9,7 +9,7 @@ import { BoundedMap } from "../../boundedMap.ts";
 import type { AgentMetrics } from "../../telemetry/metrics.ts";
 import type { IndexedSpan } from "./indexedSpans.ts";
 
-export interface SpanIndexOptions {
+interface SpanIndexOptions {
   /** Most spans held; the oldest received is evicted first. */
   capacity: number;
   /** Spans received longer ago than this are evicted. */

@@ -89,7 +89,7 @@ export interface SpanIntakeOptions {
   forwardUrl?: string;
 }
 
-export interface IntakeBody {
+interface IntakeBody {
   mediaType: MediaType;
   /** After Content-Encoding / grpc-encoding: what is decoded. */
   decoded: Uint8Array;
@@ -100,7 +100,7 @@ export interface IntakeBody {
   peerPort: number | null;
 }
 
-export type IntakeVerdict =
+type IntakeVerdict =
   | { ok: true; accepted: number; partial: (PartialSuccess & { reason: SenderRejectReason }) | null }
   | { ok: false; reason: "malformed" | SenderRejectReason | "queue_full"; detail: string };
 

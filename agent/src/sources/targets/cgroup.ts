@@ -19,16 +19,16 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
-export type ContainerRuntime = "containerd" | "cri-o" | "docker";
+type ContainerRuntime = "containerd" | "cri-o" | "docker";
 
-export interface ContainerRef {
+interface ContainerRef {
   /** The runtime the id's format points to; null when the format does not say. */
   runtime: ContainerRuntime | null;
   /** Lower-case 64-hex container id. */
   id: string;
 }
 
-export interface CgroupLine {
+interface CgroupLine {
   /** Hierarchy id: 0 for cgroup v2. */
   hierarchy: number;
   /** Controllers of a v1 hierarchy ("memory", "name=systemd"); empty for v2. */

@@ -10,7 +10,7 @@ import type { ProbeRecord } from "../probe/probeOutput.ts";
 import { BoundedSet } from "../../boundedMap.ts";
 import type { TargetWatcher } from "./targetWatcher.ts";
 
-export interface ExecAdmissionOptions {
+interface ExecAdmissionOptions {
   targets: Pick<TargetWatcher, "admitExec">;
   /** Stops tracing a process in the kernel. */
   removeFromKernel: (pid: number) => Promise<void>;

@@ -26,7 +26,7 @@ export function newProgramsCanMatch(config: { "target-comm"?: string | undefined
   return Boolean(config["target-comm"] || config["target-cmdline"] || config.kubernetes);
 }
 
-export interface TargetDiff {
+interface TargetDiff {
   added: Target[];
   removed: Target[];
   current: Map<number, Target>;

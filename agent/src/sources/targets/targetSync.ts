@@ -14,13 +14,13 @@ import type { ExecAdmission } from "./execAdmission.ts";
 import type { TargetChanges, TargetWatcher } from "./targetWatcher.ts";
 
 /** What of the probe target changes need. */
-export interface KernelTargets {
+interface KernelTargets {
   addTarget(pid: number): Promise<void>;
   removeTarget(pid: number): Promise<void>;
   forgetCounters(pid: number, keyed: readonly SyscallCounterKey[]): Promise<void>;
 }
 
-export interface TargetSyncOptions {
+interface TargetSyncOptions {
   targets: TargetWatcher;
   kernel: KernelTargets;
   admission: ExecAdmission;

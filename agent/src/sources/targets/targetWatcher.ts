@@ -29,7 +29,7 @@ export interface TargetChanges {
   removed: WatchedTarget[];
 }
 
-export interface TargetWatcherOptions {
+interface TargetWatcherOptions {
   rules: TargetRules;
   procRoot: string;
   metrics: AgentMetrics;

@@ -8,7 +8,7 @@ import path from "node:path";
 import { openFileSource } from "../goBinary/byteSource.ts";
 import { findSection, readElfImage } from "../goBinary/elfImage.ts";
 
-export interface OpenSsl {
+interface OpenSsl {
   /** What bpftrace attaches to, e.g. /proc/4242/root/usr/lib/x86_64-linux-gnu/libssl.so.3 or /proc/4242/exe. */
   path: string;
   /** dev:inode: uprobes are per file, so one program serves every process using it. */

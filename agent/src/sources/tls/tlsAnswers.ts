@@ -41,7 +41,7 @@ export interface TlsAttachment {
   since: bigint;
 }
 
-export interface TlsAnswersOptions {
+interface TlsAnswersOptions {
   /** A socket probe record, its close with the TLS verdict when there was one: on to be judged. */
   release: (record: ProbeRecord) => void;
   /** The agent's --unanswered-min-bytes: a close leaving this much unanswered is a loss. */

@@ -22,7 +22,7 @@ export const TLS_ANSWER_MIN_BYTES = 74;
 /** Where the program learns an SSL object's socket: its first TCP send inside an SSL call (Linux 6.3+). */
 export const TLS_TRACEPOINT = "sock/sock_send_length";
 
-export interface TlsProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
+interface TlsProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
   /** What bpftrace attaches to: the OpenSSL file through a path that outlives its processes, e.g. /proc/<agent>/fd/12. */
   library: string;
 }

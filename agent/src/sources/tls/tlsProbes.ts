@@ -23,7 +23,7 @@ interface PidChanges {
   removed: readonly { pid: number }[];
 }
 
-export interface TlsProbesOptions extends UprobeContext {
+interface TlsProbesOptions extends UprobeContext {
   /** A verdict line, to be judged with the socket probe's records (in their queue). */
   onVerdict: (record: ProbeRecord) => void;
   /** The TLS program of `pid` attached (true, following it since kernel time `atNs`) or went away (false): to be told in order with the records. */

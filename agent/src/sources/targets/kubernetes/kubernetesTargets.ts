@@ -39,7 +39,7 @@ export interface KubeTarget {
   identity: ProcessIdentity;
 }
 
-export interface KubernetesTargetsOptions {
+interface KubernetesTargetsOptions {
   /** This node's name (downward API `spec.nodeName`); pods are watched on it only. */
   nodeName: string;
   /** Pods matching it are watched like pods labelled lostwrite.dev/watch=true. Default "" (none). */
@@ -380,7 +380,7 @@ export function watchErrorReason(err: unknown): (typeof KUBERNETES_WATCH_ERRORS)
 }
 
 /** A kubeconfig file when given, else the default chain ($KUBECONFIG, ~/.kube/config, in-cluster). */
-export function loadKubeConfig(path?: string): KubeConfig {
+function loadKubeConfig(path?: string): KubeConfig {
   const kc = new KubeConfig();
   if (path !== undefined && path !== "") kc.loadFromFile(path);
   else kc.loadFromDefault();

@@ -6,11 +6,11 @@ import { matchesLabelSelector, type LabelSelector } from "./labelSelector.ts";
 import type { Pod } from "./objects.ts";
 
 /** Opt in, by label or annotation, value "true". */
-export const WATCH_KEY = "lostwrite.dev/watch";
+const WATCH_KEY = "lostwrite.dev/watch";
 /** Opt out, by annotation, value "true": wins over every opt-in. */
-export const IGNORE_KEY = "lostwrite.dev/ignore";
+const IGNORE_KEY = "lostwrite.dev/ignore";
 /** Comma-separated container names to watch; absent means every container. */
-export const CONTAINERS_KEY = "lostwrite.dev/containers";
+const CONTAINERS_KEY = "lostwrite.dev/containers";
 
 export interface SelectionPolicy {
   /** Pods matching it are watched as if labelled lostwrite.dev/watch=true; empty selects none. */

@@ -9,20 +9,20 @@ import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { readContainerOf } from "../cgroup.ts";
 
-export interface ContainerProcess {
+interface ContainerProcess {
   pid: number;
   /** The process' comm, as the kernel reports it (at most 15 bytes). */
   comm: string;
   containerId: string;
 }
 
-export interface ScanResult {
+interface ScanResult {
   processes: ContainerProcess[];
   /** Matching processes left out because the result was at capacity. */
   dropped: number;
 }
 
-export interface ContainerProcessScannerOptions {
+interface ContainerProcessScannerOptions {
   procRoot: string;
   /** Largest result; a container forking without bound must not grow the target set without bound. */
   maxProcesses: number;

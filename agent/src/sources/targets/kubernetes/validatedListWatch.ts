@@ -10,12 +10,12 @@
 import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import type { z } from "zod";
 
-export interface ListedObjects {
+interface ListedObjects {
   items?: unknown[] | null;
   metadata?: { resourceVersion?: string | null } | null;
 }
 
-export interface ValidatedListWatchOptions<T> {
+interface ValidatedListWatchOptions<T> {
   kubeConfig: KubeConfig;
   /** Collection path, e.g. "/api/v1/pods". */
   path: string;
