@@ -17,7 +17,9 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
+import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { NamedClients } from "./support/httpsClient.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/stall_writer.py");
@@ -49,6 +51,9 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
   let server: net.Server;
   let agent: AgentProcess;
   let client: string;
+  /** The testbed apiserver over TLS, for a client on OpenSSL that a TLS program follows. */
+  let api: Apiserver;
+  let tlsClients: NamedClients;
   const others: ChildProcess[] = [];
 
   before(async () => {
@@ -63,7 +68,14 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
     server.on("close", () => held.forEach((socket) => socket.destroy()));
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const port = (server.address() as net.AddressInfo).port;
-    agent = await startAgentProcess(["--target-comm", "^lw-stall$", "--apiserver", `127.0.0.1:${port}`, "--correlation-window", "500ms"]);
+    api = await startApiserver({ dir });
+    tlsClients = new NamedClients(api.port, 10);
+    agent = await startAgentProcess([
+      "--target-comm", "^(lw-stall|lwc-stall-tls[0-9]+)$",
+      "--apiserver", `127.0.0.1:${port}`,
+      "--apiserver", `127.0.0.1:${api.port}`,
+      "--correlation-window", "500ms",
+    ]);
 
     const tool = spawn("bpftrace", ["-e", LONG_PROGRAM], { stdio: ["ignore", "pipe", "pipe"] });
     others.push(tool);
@@ -75,8 +87,10 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
 
   after(async () => {
     for (const other of others) other.kill("SIGKILL");
+    tlsClients?.close();
     await agent?.stop();
     server?.close();
+    await api?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -132,4 +146,41 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
 
   it("a client waiting for the answer when its kernel gives up: the same loss, once the socket is released (the read took the error)", (t) =>
     stallUntilSkipped(t, "read", "released"));
+
+  it("a client on OpenSSL that a TLS program follows: the same loss, with the plaintext it handed to TLS unanswered", async (t) => {
+    // connectionDeaths (3b)'s client and apiserver: a keep-alive HTTPS connection, one answered request, then a
+    // status PATCH the server stops reading and the client's kernel gives up on after its TCP_USER_TIMEOUT.
+    const skipped = (): Promise<number> => agent.metric("lostwrite_probe_missed_runs_total");
+    const WIDGETS = "/apis/demo.lostwrite.dev/v1/namespaces/stalled/widgets";
+    api.control.addRule({ id: "stall-status", method: "PATCH", path: `${WIDGETS}/*/status`, action: "stall", count: "always" });
+    let attemptsWithSkips = 0;
+    let attempts = 0;
+    while (attempts < MAX_ATTEMPTS && attemptsWithSkips === 0) {
+      attempts++;
+      const c = tlsClients.client(`lwc-stall-tls${attempts}`, 10);
+      await c.watchedBy(agent);
+      await c.tlsFollowedBy(agent);
+      await c.run("connect");
+      assert.equal((await c.run("request GET /version 0")).status, 200);
+      await c.run(`user_timeout ${USER_TIMEOUT_MS}`);
+      const skippedBefore = await skipped();
+      const request = await c.run(`request PATCH ${WIDGETS}/w${attempts}/status ${8 << 20}`, 20_000);
+      assert.ok(request.error, `the kernel gave up: ${JSON.stringify(request)} ${JSON.stringify(api.faultLog())}`);
+      await waitFor(`attempt ${attempts}: the loss event, the socket still open`, () => agent.events.some((e) => e.pid === c.pid), 15_000);
+      // See stallUntilSkipped: one tick of the probes says whether this attempt's runs were skipped.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      if ((await skipped()) > skippedBefore) attemptsWithSkips++;
+      api.control.dropConnections("reset");
+      await c.exit();
+
+      const events = agent.events.filter((e) => e.pid === c.pid);
+      assert.equal(events.length, 1, `attempt ${attempts}: one event: ${JSON.stringify(events)}`);
+      const [event] = events;
+      assert.equal(event!.cause, "connection_reset", `attempt ${attempts}: ${JSON.stringify(event)}`);
+      assert.equal(event!.errno, "ETIMEDOUT");
+      assert.equal(event!.unanswered_bytes, request.sent, `attempt ${attempts}: the plaintext the client handed to TLS is unanswered`);
+    }
+    t.diagnostic(`${attempts} stalled TLS connections, ${attemptsWithSkips} of them while the kernel skipped probe runs`);
+    assert.ok(attemptsWithSkips > 0, `the other tool made the kernel skip none of the probes' runs in ${attempts} attempts`);
+  });
 });

@@ -142,7 +142,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
     }
     assert.ok(elapsedS <= 65, `${CYCLES} processes in about a minute: ${elapsedS} s`);
     assert.equal(await agent.metric("lostwrite_go_probe_restarts_total"), restartsBefore, "no Go program restarted");
-    assert.equal(attachedFor("Go probe", /^go-operator$/).length, 1, "one program for the binary, attached once");
+    assert.equal(attachedFor("Go probe", /^go-operator$/).length, 1, `one program for the binary, attached once:\n${linesOf("Go probe")}`);
     assert.ok(!agentLog.some((line) => line.msg === "Go probe detached"), "and never detached");
   });
 

@@ -34,6 +34,7 @@ interface TemplateSections {
   "on-thread-exit": string[];
   end: string[];
   probes: string[];
+  "tls-close": string[];
 }
 
 /** Read at each render: a program is rendered once per OpenSSL file and restart. */
@@ -47,7 +48,7 @@ function templateSections(): TemplateSections {
     if (marker) found[marker[1]!] = current = [];
     else if (!/^\s*\/\//.test(line)) current?.push(line);
   }
-  for (const name of ["on-thread-exit", "end", "probes"]) if (!found[name]) throw new Error(`${file} lacks its "// @${name}" section`);
+  for (const name of ["on-thread-exit", "end", "probes", "tls-close"]) if (!found[name]) throw new Error(`${file} lacks its "// @${name}" section`);
   return found as unknown as TemplateSections;
 }
 
@@ -62,6 +63,8 @@ export function renderTlsProgram(target: TlsProbeTarget): string {
     ANSWER_MIN_BYTES: String(TLS_ANSWER_MIN_BYTES),
     TCP_CLOSE: String(TCP_STATE.CLOSE),
   };
+  // Where a socket's close is found (its state change, a failed send, its release): one text.
+  values.TLS_CLOSE = t["tls-close"].filter((line) => line.trim() !== "").join("\n").trimStart();
   const fill = (text: string): string =>
     text.replace(/__([A-Z_]+?)__/g, (placeholder, name: string) => {
       const value = values[name];
