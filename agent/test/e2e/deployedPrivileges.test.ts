@@ -20,7 +20,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
-import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { agentEnv, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { daemonSetShape, inDeployedShape, shapeWithout, type DaemonSetShape } from "./support/deployedShape.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
@@ -137,7 +137,7 @@ describe("every capability and mount of the DaemonSet is needed, and is enough",
 
   async function doctorIn(variant: DaemonSetShape): Promise<string> {
     const argv = inDeployedShape([NODE, path.join(repoRoot, "agent/bin/lostwrite.js"), "doctor"], variant);
-    const result = await execFileAsync(argv[0]!, argv.slice(1), { env: { ...process.env, LOSTWRITE_PROC_ROOT: variant.procRoot } }).catch(
+    const result = await execFileAsync(argv[0]!, argv.slice(1), { env: agentEnv({ LOSTWRITE_PROC_ROOT: variant.procRoot }) }).catch(
       (error: { stdout?: string; stderr?: string }) => ({ stdout: error.stdout ?? "", stderr: error.stderr ?? "" }),
     );
     return result.stdout + result.stderr;

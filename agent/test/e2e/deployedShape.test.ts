@@ -21,7 +21,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
-import { startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
+import { agentEnv, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { faultyApiserver } from "./support/faultyApiserver.ts";
 import { capabilityNames, daemonSetShape, hostPidOfShapedAgent, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
@@ -224,7 +224,7 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
   it("has doctor tell the truth about the shape", () => {
     const doctor = (procRoot: string) => {
       const argv = inDeployedShape([path.join(repoRoot, "node_modules/.bin/node"), path.join(repoRoot, "agent/bin/lostwrite.js"), "doctor"], shape);
-      return spawnSync(argv[0]!, argv.slice(1), { encoding: "utf8", env: { ...process.env, LOSTWRITE_PROC_ROOT: procRoot } });
+      return spawnSync(argv[0]!, argv.slice(1), { encoding: "utf8", env: agentEnv({ LOSTWRITE_PROC_ROOT: procRoot }) });
     };
     const good = doctor(shape.procRoot);
     assert.equal(good.status, 0, good.stdout + good.stderr);

@@ -8,6 +8,7 @@ import path from "node:path";
 import { describe, it } from "node:test";
 import { parseEndpoint } from "../../src/sources/probe/endpointKey.ts";
 import { PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
+import { agentEnv } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 describe("probe programs", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
@@ -40,7 +41,7 @@ describe("probe programs", { skip: skipWithoutKernel(), timeout: 120_000 }, () =
 
 describe("lostwrite probe and doctor", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
   const cli = (args: string[]) =>
-    spawnSync(path.resolve("node_modules/.bin/node"), [path.resolve("agent/src/cli.ts"), ...args], { encoding: "utf8" });
+    spawnSync(path.resolve("node_modules/.bin/node"), [path.resolve("agent/src/cli.ts"), ...args], { encoding: "utf8", env: agentEnv() });
 
   it("prints the rendered program for the given targets and endpoints", () => {
     assertKernelRequirements();

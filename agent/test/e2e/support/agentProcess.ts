@@ -72,11 +72,21 @@ export interface StartAgentOptions {
   readyTimeoutMs?: number;
 }
 
+/**
+ * The environment an agent started by a test runs with: the test's own, less
+ * the tests' switches (LOSTWRITE_E2E_DEBUG), which the agent would refuse as
+ * LOSTWRITE_* variables that name no setting; then `extra`.
+ */
+export function agentEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("LOSTWRITE_E2E_")));
+  return { ...inherited, ...extra };
+}
+
 export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv = {}, options: StartAgentOptions = {}): Promise<AgentProcess> {
   const node = path.join(repoRoot, "node_modules/.bin/node");
   const argv = [node, path.join(repoRoot, "agent/src/cli.ts"), "agent", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0", "--otlp-grpc-listen", "127.0.0.1:0", ...args];
   const [command, ...commandArgs] = options.wrap ? options.wrap(argv) : argv;
-  const child = spawn(command!, commandArgs, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  const child = spawn(command!, commandArgs, { stdio: ["ignore", "pipe", "pipe"], env: agentEnv(env) });
   const events: LossEvent[] = [];
   const stderr: string[] = [];
   let buffered = "";
