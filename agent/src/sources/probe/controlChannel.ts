@@ -35,7 +35,7 @@ export const OP_BASE = 0x8000_0000;
 const WORD_BITS = 24n;
 const WORD_MASK = (1n << WORD_BITS) - 1n;
 /** a and b take 3 words each (72 bits: a u64 with room), c one (24 bits: a port, an errno, a flag). */
-export const CONTROL_WORDS = { a: 3, b: 3, c: 1 } as const;
+const CONTROL_WORDS = { a: 3, b: 3, c: 1 } as const;
 
 /** The second byte of every control address (127.253.x.y); the follow channel's is 254. */
 export const CONTROL_NET_BYTE = 253;
