@@ -48,6 +48,18 @@
 //             send tracepoint. What attaching a tracepoint costs on this
 //             kernel before any program logic: no bpftrace probe there can
 //             cost less.
+//   floorLookup  the same tracepoint, its program only the "is this pid a
+//             target" lookup (a predicate on a one-key map holding the
+//             target): the least a send hook that filters in the kernel does.
+//   sysFloor, sysLookup  both on the syscall exits a send hook would take
+//             without sock_send_length (sys_exit_sendto, sendmsg, write,
+//             writev): file writes pay them too.
+//   kfuncFloor, kfuncLookup  both on the BTF trampolines of TCP's send
+//             (kfunc:tcp_sendmsg, kretfunc:tcp_sendmsg: fentry/fexit, which
+//             fire on TCP sends only). Left out, and said why, where bpftrace
+//             cannot attach kfunc probes (bpftrace --info).
+// The floors and lookups compare the candidate hooks for the agent's send
+// path: run them together (--configurations floor,floorLookup,sysFloor,...).
 // A configuration is started for its phase, measured once the kernel shows it
 // attached (the agent: /readyz; strace: the target's TracerPid; bpftrace:
 // bpftool perf show lists its tracepoints), and stopped (detached, its
@@ -100,7 +112,21 @@ import { CostTable, median, type Sample } from "./costTable.ts";
 import { compileLoops, FileLoop, SendLoop, startServer, type LineProcess, type ReaderCost } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
 import { textTable } from "./textTable.ts";
-import { FLOOR_TRACEPOINTS, oneLiner, startBpftrace, startRequestLevelProbe, startStrace, straceArgs, withTlsProgram, type ToolRun } from "./toolRun.ts";
+import {
+  FLOOR_TRACEPOINTS,
+  KFUNC_SEND_PROBES,
+  kfuncUnavailable,
+  lookupProgram,
+  oneLiner,
+  startBpftrace,
+  startProgram,
+  startRequestLevelProbe,
+  startStrace,
+  straceArgs,
+  SYSCALL_SEND_TRACEPOINTS,
+  withTlsProgram,
+  type ToolRun,
+} from "./toolRun.ts";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -124,6 +150,8 @@ interface Configuration {
   needs: string[];
   /** Starts it and resolves once it is attached; null for the baseline. */
   start: ((targetPid: number, apiserver: string) => Promise<ToolRun>) | null;
+  /** Why it cannot run on this machine, or null; asked once, before the first round. */
+  unavailable?: () => string | null;
 }
 
 const PRINTF_TRACEPOINTS = ["syscalls:sys_exit_write", "syscalls:sys_exit_sendto"];
@@ -170,6 +198,43 @@ const CONFIGURATIONS: Configuration[] = [
     needs: ["bpftool"],
     start: () => startBpftrace(FLOOR_TRACEPOINTS, ""),
   },
+  {
+    key: "floorLookup",
+    label: "lookup: send tp",
+    what: `bpftrace -e '${lookupProgram(FLOOR_TRACEPOINTS.map((t) => `tracepoint:${t}`), "TARGET")}'`,
+    needs: ["bpftool"],
+    start: (targetPid) => startProgram(lookupProgram(FLOOR_TRACEPOINTS.map((t) => `tracepoint:${t}`), targetPid), FLOOR_TRACEPOINTS),
+  },
+  {
+    key: "sysFloor",
+    label: "floor: syscall exits",
+    what: `bpftrace -e '${oneLiner(SYSCALL_SEND_TRACEPOINTS, "")}'`,
+    needs: ["bpftool"],
+    start: () => startBpftrace(SYSCALL_SEND_TRACEPOINTS, ""),
+  },
+  {
+    key: "sysLookup",
+    label: "lookup: syscall exits",
+    what: `bpftrace -e '${lookupProgram(SYSCALL_SEND_TRACEPOINTS.map((t) => `tracepoint:${t}`), "TARGET")}'`,
+    needs: ["bpftool"],
+    start: (targetPid) => startProgram(lookupProgram(SYSCALL_SEND_TRACEPOINTS.map((t) => `tracepoint:${t}`), targetPid), SYSCALL_SEND_TRACEPOINTS),
+  },
+  {
+    key: "kfuncFloor",
+    label: "floor: kfunc tcp_sendmsg",
+    what: `bpftrace -e '${KFUNC_SEND_PROBES.join(", ")} { }'`,
+    needs: ["bpftool"],
+    start: () => startProgram(`${KFUNC_SEND_PROBES.join(", ")} { }`, KFUNC_SEND_PROBES),
+    unavailable: kfuncUnavailable,
+  },
+  {
+    key: "kfuncLookup",
+    label: "lookup: kfunc tcp_sendmsg",
+    what: `bpftrace -e '${lookupProgram(KFUNC_SEND_PROBES, "TARGET")}'`,
+    needs: ["bpftool"],
+    start: (targetPid) => startProgram(lookupProgram(KFUNC_SEND_PROBES, targetPid), KFUNC_SEND_PROBES),
+    unavailable: kfuncUnavailable,
+  },
 ];
 const BASELINE = "none";
 
@@ -179,7 +244,7 @@ const USAGE = `usage: npm run bench -- [--rounds N] [--iterations N] [--cpu N] [
   --iterations N           operations per timed run (default 50000)
   --cpu N                  the CPU every loop runs on (default: the last one)
   --configurations a,b,c   which to run (default: all); "${BASELINE}" always runs, it is the baseline:
-${CONFIGURATIONS.map((c) => `                             ${c.key.padEnd(9)}${c.what}`).join("\n")}
+${CONFIGURATIONS.map((c) => `                             ${c.key.padEnd(12)}${c.what}`).join("\n")}
 
 Needs root, bpftrace and gcc; strace and bpftool for the configurations that use them.`;
 
@@ -326,7 +391,12 @@ interface Findings {
 }
 
 async function main(): Promise<void> {
-  const { rounds, iterations, cpu, configurations } = parseOptions(process.argv.slice(2));
+  const options = parseOptions(process.argv.slice(2));
+  const { rounds, iterations, cpu } = options;
+  // A configuration this machine cannot run is left out and named, not a failed run.
+  const unavailable = new Map(options.configurations.map((c) => [c.key, c.unavailable?.() ?? null]));
+  const configurations = options.configurations.filter((c) => unavailable.get(c.key) === null);
+  const skipped = options.configurations.filter((c) => unavailable.get(c.key) !== null).map((c) => `${c.label}: ${unavailable.get(c.key)}`);
   const missing = missingRequirements(configurations);
   if (missing.length > 0) {
     process.stderr.write(`bench: cannot measure probe cost here: ${missing.join("; ")}\n`);
@@ -380,6 +450,7 @@ async function main(): Promise<void> {
     out(`          every loop and the server's readers on CPU ${cpu}; the agent and the tools wherever the scheduler puts them;`);
     out(`          target pid ${target.process.pid}, apiserver ${apiserver} (loopback), non-target pids ${other.process.pid} (send), ${file.process.pid} (file)`);
     for (const [i, config] of configurations.entries()) out(`${i === 0 ? "ran:" : "".padEnd(4)}      ${config.label.padEnd(labelWidth)}  ${config.what}`);
+    for (const line of skipped) out(`skipped:  ${line}`);
     out();
 
     const table = new CostTable(OPERATIONS, configurations, BASELINE);

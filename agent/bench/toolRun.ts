@@ -2,7 +2,7 @@
 // strace attached to the target, and bpftrace one-liners. A tool is ready
 // once the kernel shows it attached (not when it says so), and stopped only
 // once the kernel shows it gone, so that it cannot bleed into the next phase.
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -35,6 +35,19 @@ export interface ToolRun {
  */
 export const FLOOR_TRACEPOINTS = ["sock:sock_send_length"];
 
+/**
+ * The syscall tracepoints a send hook would take on kernels without
+ * sock_send_length (probes/apiserver_syscalls.bt uses these and their
+ * entries): every file write of every process passes them too.
+ */
+export const SYSCALL_SEND_TRACEPOINTS = ["syscalls:sys_exit_sendto", "syscalls:sys_exit_sendmsg", "syscalls:sys_exit_write", "syscalls:sys_exit_writev"];
+
+/** The BTF trampolines (fentry/fexit) on TCP's send: they fire on TCP sends only, not UDP, unix or file writes. */
+export const KFUNC_SEND_PROBES = ["kfunc:tcp_sendmsg", "kretfunc:tcp_sendmsg"];
+
+/** The least any send hook of the agent does: the one "is this pid a target" lookup (the target is in the map). */
+export const LOOKUP_PREDICATE = "@targets[(uint64)pid]";
+
 /** strace's arguments for attaching to `target`. */
 export function straceArgs(target: number | string): string[] {
   return ["-f", "-qq", "-e", "trace=write", "-o", "/dev/null", "-p", String(target)];
@@ -43,6 +56,30 @@ export function straceArgs(target: number | string): string[] {
 /** A bpftrace program that runs `body` on each of `tracepoints` ("category:name"). */
 export function oneLiner(tracepoints: string[], body: string): string {
   return `${tracepoints.map((t) => `tracepoint:${t}`).join(", ")} ${body ? `{ ${body} }` : "{ }"}`;
+}
+
+/**
+ * An empty program on `probes` (full bpftrace probe names) behind the
+ * minimal "is this pid a target" lookup, `targetPid` the map's one key: the
+ * floor of any send hook that filters in the kernel.
+ */
+export function lookupProgram(probes: string[], targetPid: number | string): string {
+  return `BEGIN { @targets[(uint64)${targetPid}] = 1; } ${probes.join(", ")} /${LOOKUP_PREDICATE}/ { }`;
+}
+
+/**
+ * Whether this bpftrace can attach BTF trampolines (kfunc/kretfunc): null
+ * if it can, else why not, in bpftrace's words. bpftrace 0.17 tries to load
+ * a fentry program at start (`bpftrace --info`: "kfunc: yes/no"); a kernel
+ * that refuses BPF_PROG_TYPE_TRACING programs makes it "no".
+ */
+export function kfuncUnavailable(): string | null {
+  // bpftrace 0.17 prints its --info on stderr.
+  const run = spawnSync("bpftrace", ["--info"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  const info = `${run.stdout ?? ""}${run.stderr ?? ""}`;
+  const kfunc = /^\s*kfunc:\s*(\w+)/m.exec(info)?.[1];
+  if (kfunc === "yes") return null;
+  return kfunc === undefined ? "bpftrace --info does not say whether kfunc probes work" : `bpftrace --info: "kfunc: ${kfunc}" (bpftrace could not load a fentry program on this kernel)`;
 }
 
 /**
@@ -68,6 +105,16 @@ export async function startStrace(targetPid: number): Promise<ToolRun> {
 export async function startBpftrace(tracepoints: string[], body: string): Promise<ToolRun> {
   const program = oneLiner(tracepoints, body);
   return runBpftrace(["-e", program], tracepoints, `bpftrace -e '${program}'`);
+}
+
+/**
+ * `bpftrace -e PROGRAM` on `probes` (kfunc:, tracepoint:, …), output to
+ * /dev/null. Attached once bpftool shows each probe for its pid: a
+ * tracepoint in `bpftool perf show`, a kfunc/kretfunc as a tracing program
+ * of the pid in `bpftool prog show`.
+ */
+export async function startProgram(program: string, probes: string[]): Promise<ToolRun> {
+  return runBpftrace(["-e", program], probes, `bpftrace -e '${program}'`);
 }
 
 /**
@@ -133,11 +180,12 @@ async function runBpftrace(args: string[], tracepoints: string[], what: string, 
     stopChild(child, "SIGINT");
     await waitFor(() => exited(child) && liveComm(pid) !== "bpftrace", STOP_TIMEOUT_MS, () => `bpftrace ${pid} did not exit`);
   };
-  const names = tracepoints.map((t) => t.slice(t.indexOf(":") + 1));
+  const trampolines = tracepoints.filter((t) => /^kr?func:/.test(t)).length;
+  const names = tracepoints.filter((t) => !/^kr?func:/.test(t)).map((t) => t.slice(t.lastIndexOf(":") + 1));
   await waitFor(
     () => {
       const attached = attachedTracepoints(pid);
-      return names.every((name) => attached.includes(name));
+      return names.every((name) => attached.includes(name)) && (trampolines === 0 || tracingPrograms(pid) >= trampolines);
     },
     READY_TIMEOUT_MS,
     () => `${what} did not attach: ${stderr()}`,
@@ -151,6 +199,12 @@ async function runBpftrace(args: string[], tracepoints: string[], what: string, 
 function attachedTracepoints(pid: number): string[] {
   const listing = JSON.parse(execFileSync("bpftool", ["perf", "show", "-j"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })) as { pid: number; tracepoint?: string }[];
   return listing.filter((entry) => entry.pid === pid && entry.tracepoint).map((entry) => entry.tracepoint!);
+}
+
+/** How many BPF tracing programs (fentry/fexit: kfunc, kretfunc) `pid` holds (bpftool prog show). */
+function tracingPrograms(pid: number): number {
+  const listing = JSON.parse(execFileSync("bpftool", ["prog", "show", "-j"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })) as { type: string; pids?: { pid: number }[] }[];
+  return listing.filter((prog) => prog.type === "tracing" && prog.pids?.some((p) => p.pid === pid)).length;
 }
 
 /** The pid tracing `pid` (ptrace), 0 for none. */

@@ -110,7 +110,7 @@ export class BpftraceSupervisor {
   private readonly acks = new Map<number, (acknowledged: boolean) => void>();
   private readyWaiters: { attached: () => void; stopped: () => void }[] = [];
   /** Messages waiting for an attached probe, oldest first (bounded: see sendConfirmed()). */
-  private pending: { lengths: number[]; done: () => void }[] = [];
+  private pending: { words: number[]; done: () => void }[] = [];
   private flushing: Promise<void> | null = null;
   private spawned = false;
   private recordListener: (record: ProbeRecord) => boolean = () => true;
@@ -195,7 +195,7 @@ export class BpftraceSupervisor {
    * (counted, and /readyz fails). While bpftrace is not attached the message
    * waits; the instance that attaches next applies it.
    */
-  private sendConfirmed(lengths: number[]): Promise<void> {
+  private sendConfirmed(words: number[]): Promise<void> {
     // Before the first start there is nothing to tell: the first program is
     // rendered with the state as it is then.
     if (!this.spawned) return Promise.resolve();
@@ -207,7 +207,7 @@ export class BpftraceSupervisor {
         this.opts.metrics.eventsDropped.inc({ stage: "probeControl", reason: "capacity" });
         this.pending.shift()!.done();
       }
-      this.pending.push({ lengths, done });
+      this.pending.push({ words, done });
       this.flush();
     });
   }
@@ -217,7 +217,7 @@ export class BpftraceSupervisor {
     this.flushing = (async () => {
       while (this.ready && this.pending.length) {
         const message = this.pending[0]!;
-        const applied = await this.deliver(message.lengths);
+        const applied = await this.deliver(message.words);
         // Detached meanwhile: the message waits for the next instance.
         if (!applied && !this.ready) break;
         this.pending.shift();
@@ -230,7 +230,7 @@ export class BpftraceSupervisor {
   }
 
   /** True once acknowledged; false if given up on or the probe detached. */
-  private async deliver(lengths: number[]): Promise<boolean> {
+  private async deliver(words: number[]): Promise<boolean> {
     for (let attempt = 1; attempt <= this.opts.ackAttempts && this.ready; attempt++) {
       const seq = ++this.seq;
       let timer: NodeJS.Timeout | undefined;
@@ -239,7 +239,7 @@ export class BpftraceSupervisor {
         timer = setTimeout(() => resolve(false), this.opts.ackTimeoutMs);
       });
       try {
-        await this.control.send([...lengths, ...encodeControl(ControlOp.ack, BigInt(seq))]);
+        await this.control.send([...words, ...encodeControl(ControlOp.ack, BigInt(seq))]);
       } catch (err) {
         this.opts.log.warn("control message not sent", { seq, error: String(err) });
       }

@@ -1,8 +1,8 @@
 // The agent's way to tell a running uprobe program (Go requests, TLS answers)
 // which processes to follow, without restarting it. bpftrace 0.17 takes no
-// map updates from user space, and the socket probe's UDP channel is read on
-// the per-send tracepoint, a hook a Go program must not pay for. A TCP
-// connect is seen on a tracepoint every uprobe program can afford
+// map updates from user space, and a per-send tracepoint is a hook a Go
+// program must not pay for (the socket probe's control channel rides on
+// connects too, on 127.253: controlChannel.ts). A TCP connect is seen on a tracepoint every uprobe program can afford
 // (sock:inet_sock_set_state fires per state change, not per send): the
 // connect's CLOSE -> SYN_SENT transition runs in the caller's context, with
 // both addresses of the socket set. So a message is one connect from the

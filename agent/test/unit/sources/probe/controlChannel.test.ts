@@ -1,23 +1,42 @@
 // The control messages must decode in the kernel exactly as the probe
-// accumulates them: op, then 6+6+2 words of 12 bits, most significant first.
+// accumulates them: op, then 3+3+1 words of 24 bits, most significant first,
+// each word carried by the two addresses of one connect.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage } from "../../../../src/sources/probe/controlChannel.ts";
+import { CONTROL_NET_BYTE, ControlOp, controlAddresses, encodeControl, endpointMessage, forgetSyscallCounterMessage, OP_BASE } from "../../../../src/sources/probe/controlChannel.ts";
+import { FOLLOW_NET_BYTE } from "../../../../src/sources/probe/followChannel.ts";
 import { endpointKey, kernelKeys, parseEndpoint } from "../../../../src/sources/probe/endpointKey.ts";
 
-/** The probe's accumulator, written again in TypeScript. */
-function kernelDecode(lengths: number[]): { op: number; a: bigint; b: bigint; c: bigint } {
-  const [first, ...words] = lengths;
-  assert.ok(first! >= 8192, "a message starts with an op");
-  assert.equal(words.length, 14);
+/** The word the probe reads from a connect's addresses, as it computes it from the kernel's u32s. */
+function kernelWord(local: string, remote: string): number {
+  // struct sock keeps an IPv4 address in network order; the probe loads it as a little-endian u32.
+  const stored = (quad: string): number => {
+    const [a, b, c, d] = quad.split(".").map(Number) as [number, number, number, number];
+    return (a | (b << 8) | (c << 16) | (d << 24)) >>> 0;
+  };
+  const src = stored(local);
+  const dst = stored(remote);
+  assert.equal(src & 0xffff, 0xfd7f, `${local} is in 127.253.0.0/16`);
+  assert.equal(dst & 0xffff, 0xfd7f, `${remote} is in 127.253.0.0/16`);
+  return ((((src >>> 16) & 0xff) << 24) | (((src >>> 24) & 0xff) << 16) | (((dst >>> 16) & 0xff) << 8) | ((dst >>> 24) & 0xff)) >>> 0;
+}
+
+/** The probe's accumulator, written again in TypeScript, fed through the addresses that carry each word. */
+function kernelDecode(message: number[]): { op: number; a: bigint; b: bigint; c: bigint } {
+  const [first, ...words] = message.map((word) => {
+    const { local, remote } = controlAddresses(word);
+    return kernelWord(local, remote);
+  });
+  assert.ok(first! >= OP_BASE, "a message starts with an op");
+  assert.equal(words.length, 7);
   let a = 0n, b = 0n, c = 0n;
   words.forEach((w, n) => {
-    assert.ok(w >= 0 && w < 4096, `word ${w} fits 12 bits`);
-    if (n < 6) a = (a << 12n) | BigInt(w);
-    else if (n < 12) b = (b << 12n) | BigInt(w);
-    else c = (c << 12n) | BigInt(w);
+    assert.ok(w >= 0 && w < 1 << 24, `word ${w} fits 24 bits`);
+    if (n < 3) a = (a << 24n) | BigInt(w);
+    else if (n < 6) b = (b << 24n) | BigInt(w);
+    else c = (c << 24n) | BigInt(w);
   });
-  return { op: first! - 8192, a, b, c };
+  return { op: first! - OP_BASE, a, b, c };
 }
 
 describe("control channel encoding", () => {
@@ -38,6 +57,13 @@ describe("control channel encoding", () => {
 
   it("refuses a value that does not fit its words", () => {
     assert.throws(() => encodeControl(ControlOp.addTarget, 1n << 72n), /does not fit/);
+    assert.throws(() => encodeControl(ControlOp.addEndpoint4, 1n, 0n, 1n << 24n), /does not fit/);
+  });
+
+  it("uses addresses the uprobe programs' follow channel does not read", () => {
+    assert.notEqual(CONTROL_NET_BYTE, FOLLOW_NET_BYTE);
+    assert.deepEqual(controlAddresses(OP_BASE + ControlOp.ack), { local: "127.253.128.0", remote: "127.253.0.8" });
+    assert.throws(() => controlAddresses(2 ** 32), /control word: expected 0…4294967295, got 4294967296/);
   });
 
   it("encodes endpoints as the kernel stores them", () => {
