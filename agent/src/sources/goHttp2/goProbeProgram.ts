@@ -108,34 +108,27 @@ const PATH = `
  * connections share addresses.
  */
 const bodiesOf = (l: Http2Layout): Record<Http2Function, string> => ({
-  // (*clientStream).writeRequest(cs, req): this goroutine writes req on cs
-  // now. A process's first request announces that it is followed.
-  writeRequest: `${ANNOUNCE}
-	@go_req[pid, reg("r14")] = reg("bx");
-	@go_cs[pid, reg("r14")] = reg("ax");`,
-  // (*ClientConn).writeHeaders(cc, streamID, endStream, …), on the goroutine
-  // of writeRequest: the request got its stream id. Later calls (trailers)
-  // find nothing remembered. The request's Method (a string) and URL; the
-  // URL's Path.
-  writeHeaders: `
-	$g = reg("r14");
-	$req = @go_req[pid, $g];
-	if ($req != 0) {
-		$cs = @go_cs[pid, $g];
-		delete(@go_req[pid, $g]);
-		delete(@go_cs[pid, $g]);
-		$cc = reg("ax");
-		$id = reg("bx") & 0xffffffff;
-		$method = *(uint64 *)($req + ${l.requestMethod});
-		$methodLen = *(uint64 *)($req + ${l.requestMethod + 8});
-		$url = *(uint64 *)($req + ${l.requestUrl});
-		$path = *(uint64 *)($url + ${l.urlPath});
-		$pathLen = *(uint64 *)($url + ${l.urlPath + 8});${socketOf(l)}${PEER_OF_SOCKET}
+  // (*clientStream).encodeAndWriteHeaders(cs, req): the request's HEADERS go
+  // out now, on the stream whose ID and cc are assigned. One probe reads all
+  // a loss report needs: the stream's connection and id, the request's
+  // Method (a string) and URL's Path. A process's first request announces
+  // that it is followed. Entered before the connection's write lock: a
+  // request whose client gives up while another write holds that lock was
+  // not sent (it is then judged by its connection's end, as lost).
+  encodeAndWriteHeaders: `${ANNOUNCE}
+	$cs = reg("ax");
+	$req = reg("bx");
+	$cc = *(uint64 *)($cs + ${l.streamConn});
+	$id = *(uint32 *)($cs + ${l.streamId});
+	$method = *(uint64 *)($req + ${l.requestMethod});
+	$methodLen = *(uint64 *)($req + ${l.requestMethod + 8});
+	$url = *(uint64 *)($req + ${l.requestUrl});
+	$path = *(uint64 *)($url + ${l.urlPath});
+	$pathLen = *(uint64 *)($url + ${l.urlPath + 8});${socketOf(l)}${PEER_OF_SOCKET}
 		// Kept for the connection's end, when its descriptor may be closed already.
 		if ((uint64)$sk != 0) {
 			@go_conn_sk[pid, $cc] = (uint64)$sk;
-		}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}
-	}`,
+		}${printWithPeer("go_request %llu %d %d %llu %llu %d %d %s %d %s", "nsecs, pid, tid, $cc, $cs, $id, $pathLen, str($method, $methodLen > 16 ? 16 : $methodLen), $port")}${PATH}`,
   // (*clientConnReadLoop).processHeaders(rl, f *MetaHeadersFrame): rl.cc;
   // f's *HeadersFrame (its StreamID) and Fields ([]hpack.HeaderField: Name,
   // Value strings; the slice's length 8 after its pointer). The first field
@@ -172,9 +165,12 @@ const bodiesOf = (l: Http2Layout): Record<Http2Function, string> => ({
 			$sk = (struct sock *)@go_conn_sk[pid, $cc];
 		}
 		delete(@go_conn_sk[pid, $cc]);${PEER_OF_SOCKET}${printWithPeer("go_conn_closed %llu %d %llu %d %d %s", "nsecs, pid, $cc, $state, $port")}`,
-  // (*clientStream).abortStream(cs, err): cs.cc.
-  abortStream: `
-	printf("go_abort %llu %d %d %llu %llu\\n", nsecs, pid, tid, *(uint64 *)(reg("ax") + ${l.streamConn}), reg("ax"));`,
+  // (*ClientConn).writeStreamReset(cc, streamID, code, …): the client resets
+  // a stream whose headers it sent — it gave up on it (CANCEL), or its write
+  // failed; NO_ERROR after an early answer. Never called for a request
+  // answered and read as usual, unlike abortStream (every body close).
+  writeStreamReset: `
+	printf("go_abort %llu %d %d %llu %d %d\\n", nsecs, pid, tid, reg("ax"), reg("bx") & 0xffffffff, reg("cx") & 0xffffffff);`,
 });
 
 /** The program text; bpftrace runs it as `bpftrace --unsafe -f json FILE AGENT_HOST_PID`. */
@@ -196,6 +192,6 @@ export function renderGoProgram(target: GoProbeTarget): string {
     ],
     follow: target,
     probes,
-    end: "clear(@go_req); clear(@go_cs); clear(@go_conn_sk);",
+    end: "clear(@go_conn_sk);",
   });
 }

@@ -59,7 +59,7 @@ type Expected =
   | { type: "go_reset"; ts: bigint; pid: number; conn: bigint; streamId: number; code: number }
   | { type: "go_goaway"; ts: bigint; pid: number; conn: bigint; lastStreamId: number; code: number }
   | { type: "go_conn_closed"; ts: bigint; pid: number; conn: bigint; state: number; port: number; addr: string }
-  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint }
+  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; streamId: number; code: number }
   | { type: "tls_close"; ts: bigint; pid: number; sk: bigint; unansweredBytes: number; waitedNs: bigint; peerClosed: boolean };
 type Flat<T> = T extends unknown ? { [K in keyof T]: T[K] } : never;
 type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
