@@ -14,8 +14,9 @@
 // bpftrace needs --unsafe to attach a uprobe at a raw offset into a binary
 // without symbols; the program uses nothing else that flag unlocks (no
 // system(), no signal(), no writes to user memory).
-import type { Http2Family, ProbePlacement } from "../goBinary/inspectGoBinary.ts";
-import type { Http2Function } from "../goBinary/http2Families.ts";
+import type { FunctionLocation, Http2Family, ProbePlacement } from "../goBinary/inspectGoBinary.ts";
+import type { Http2FamilyName, Http2Function } from "../goBinary/http2Families.ts";
+import { probeSymbolName } from "../goBinary/probeSymbolFile.ts";
 import type { Http2Layout } from "../goBinary/http2Layouts.ts";
 import { ANNOUNCE, FOLLOWED, renderUprobeProgram, type FollowedPidsOptions } from "../probe/followedPids.ts";
 
@@ -39,8 +40,11 @@ interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
    * to fall inside another function's addresses (any offset past 0x401000,
    * so in every binary larger than about 4 MiB, as a controller-runtime
    * manager is) is refused as a probe inside that function. The address
-   * resolves to the function itself. Without a symbol table (or when
-   * omitted) the number is the file offset, which is what bpftrace takes then.
+   * resolves to the function itself. "named branch": each uprobe is given by
+   * the name probeSymbolName gives its stack check's jump, which a debug file
+   * of the binary defines (probeSymbolFile.ts). Without a symbol table (or
+   * when omitted) the number is the file offset, which is what bpftrace
+   * takes then.
    */
   probePlacement?: ProbePlacement;
 }
@@ -173,6 +177,13 @@ const bodiesOf = (l: Http2Layout): Record<Http2Function, string> => ({
 	printf("go_abort %llu %d %d %llu %d %d\\n", nsecs, pid, tid, reg("ax"), reg("bx") & 0xffffffff, reg("cx") & 0xffffffff);`,
 });
 
+/** What follows `uprobe:FILE:` for one function, by where the binary's probes go. */
+function attachPoint(placement: ProbePlacement | undefined, family: Http2FamilyName, fn: Http2Function, location: FunctionLocation): string {
+  if (placement === "named branch" && location.branchVaddr !== null) return probeSymbolName(family, fn);
+  const at = placement === "entry" || placement === "named branch" ? location.vaddr : location.probeOffset;
+  return `0x${at.toString(16)}`;
+}
+
 /** The program text; bpftrace runs it as `bpftrace --unsafe -f json FILE AGENT_HOST_PID`. */
 export function renderGoProgram(target: GoProbeTarget): string {
   if (/["\s]/.test(target.binary)) throw new RangeError(`Go probe binary path must not hold quotes or spaces: "${target.binary}"`);
@@ -181,8 +192,7 @@ export function renderGoProgram(target: GoProbeTarget): string {
     const bodies = bodiesOf(family.layout);
     return (Object.keys(bodies) as Http2Function[]).map((fn) => {
       const location = family.functions[fn];
-      const at = target.probePlacement === "entry" ? location.vaddr : location.probeOffset;
-      return `// ${location.symbol}\nuprobe:${target.binary}:0x${at.toString(16)} /${FOLLOWED}/ {${bodies[fn]}\n}`;
+      return `// ${location.symbol}\nuprobe:${target.binary}:${attachPoint(target.probePlacement, family.name, fn, location)} /${FOLLOWED}/ {${bodies[fn]}\n}`;
     });
   });
   return renderUprobeProgram({

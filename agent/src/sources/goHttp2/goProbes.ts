@@ -8,7 +8,8 @@
 import { readlinkSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import path from "node:path";
-import { inspectGoBinary, type GoBinaryReport } from "../goBinary/inspectGoBinary.ts";
+import { inspectGoBinary, type GoBinaryInspected, type GoBinaryReport, type ProbePlacement } from "../goBinary/inspectGoBinary.ts";
+import { DEBUG_BUILD_ID_ROOT, probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../goBinary/probeSymbolFile.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
@@ -26,6 +27,12 @@ interface GoProbesOptions extends UprobeContext {
   lines: GoLines;
   /** Binaries remembered, probed or not (default 1024). */
   binaryCapacity?: number;
+  /**
+   * Where the debug files naming the probe points of binaries with symbols go
+   * (probeSymbolFile.ts; default bcc's /usr/lib/debug/.build-id); null: such
+   * binaries are probed at their functions' entries.
+   */
+  probeSymbolRoot?: string | null;
 }
 
 export class GoProbes {
@@ -36,9 +43,11 @@ export class GoProbes {
   /** Targets left to the socket path because their client's layout is not verified. */
   readonly #unverified = new Set<number>();
   readonly #programs: UprobePrograms;
+  /** The debug files written to name probe points, by binary; removed when the agent stops. */
+  readonly #symbolFiles = new Map<string, string>();
 
   constructor(opts: GoProbesOptions) {
-    this.#o = { binaryCapacity: 1024, onLine: () => {}, ...opts };
+    this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, onLine: () => {}, ...opts };
     const { lines, metrics } = this.#o;
     this.#programs = new UprobePrograms({
       what: "Go probe",
@@ -63,6 +72,8 @@ export class GoProbes {
 
   async stop(): Promise<void> {
     await this.#programs.stop();
+    for (const file of this.#symbolFiles.values()) removeProbeSymbols(file);
+    this.#symbolFiles.clear();
   }
 
   /** A process its exec made followed, and that is no target. */
@@ -88,7 +99,7 @@ export class GoProbes {
       await this.#programs.add(pid, key, () => ({
         // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
         path: this.#exe(pid),
-        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: inspected.probePlacement, ...follow }),
+        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
         details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
@@ -96,6 +107,22 @@ export class GoProbes {
     }
     this.#o.metrics.goTargets.set({ coverage: "requests" }, this.#programs.followed);
     this.#o.metrics.goTargets.set({ coverage: "unverified_layout" }, this.#unverified.size);
+  }
+
+  /**
+   * Where a program about to start probes the binary: in a binary with
+   * symbols, at the jumps past the stack checks when the debug file naming
+   * them can be written now (probeSymbolFile.ts), else at the entries.
+   */
+  #placement(key: string, pid: number, inspected: GoBinaryInspected): ProbePlacement {
+    if (inspected.probePlacement !== "entry" || inspected.buildId === null || this.#o.probeSymbolRoot === null) return inspected.probePlacement;
+    const written = writeProbeSymbols(inspected.buildId, probeSymbolsOf(inspected.families), this.#o.probeSymbolRoot);
+    if ("file" in written) {
+      this.#symbolFiles.set(key, written.file);
+      return "named branch";
+    }
+    this.#o.log.warnRateLimited(`go-probe-symbols-${key}`, "Go binary with symbols: its uprobes go at the function entries, which cost more; the debug file naming its probe points could not be written", { pid, reason: written.reason });
+    return "entry";
   }
 
   async #binaryKey(pid: number): Promise<string | null> {

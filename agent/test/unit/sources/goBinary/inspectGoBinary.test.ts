@@ -141,8 +141,16 @@ describe("inspectGoBinary on Go programs built here", { timeout: 240_000, skip: 
       assert.deepEqual(entriesOf(b), entriesOf(a), `${plain} vs ${stripped}`);
       assert.equal(a.pclntabFoundBy, "section");
       assert.equal(b.pclntabFoundBy, "section");
-      // bpftrace refuses an address inside a function it can name: with symbols, the entry.
+      // bpftrace refuses an address inside a function it can name: with symbols, the entry
+      // (unless the agent names the jumps in a debug file, by the build id: probeSymbolFile.ts).
       assert.deepEqual([a.probePlacement, b.probePlacement], ["entry", "stack check branch"]);
+      assert.match(a.buildId ?? "", /^[0-9a-f]{40}$/, "Go 1.24+ writes a GNU build id");
+      for (const f of a.families) {
+        for (const fn of HTTP2_FUNCTIONS) {
+          const probed = family(b, f.name).functions[fn];
+          assert.equal(f.functions[fn].branchVaddr, probed.vaddr + probed.probeOffset - probed.fileOffset, `${f.name} ${fn}: the jump the stripped build is probed at`);
+        }
+      }
       assertOffsetsHitCode(bin[plain], a);
       assertOffsetsHitCode(bin[stripped], b);
       // The same layout either way: read from the DWARF -s -w removes, and from the verified table.

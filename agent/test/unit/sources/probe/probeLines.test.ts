@@ -207,7 +207,7 @@ for (const probe of PROBES) {
 void describe("the generated Go HTTP/2 program", () => {
   const GO_KINDS = Object.keys(PROBE_FAMILIES.goHttp2) as PrintfKind[];
   // Probed past the entry, as in a binary without symbols: the program must use the probe offset.
-  const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4 });
+  const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4, branchVaddr: 0x400000 + at + 4 });
   const families = HTTP2_FAMILY_NAMES.map((name, f) => ({
     name,
     layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
@@ -238,7 +238,7 @@ void describe("the generated Go HTTP/2 program", () => {
 
   void it("in a binary with a symbol table, attaches at each function's address, which bpftrace looks up there", () => {
     // At entries, as in a binary with symbols, and past 0x401000: a file offset bpftrace would take for an address in another function.
-    const atEntry = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at });
+    const atEntry = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at, branchVaddr: 0x400000 + at + 4 });
     const large = HTTP2_FAMILY_NAMES.map((name, f) => ({
       name,
       layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
