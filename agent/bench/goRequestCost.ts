@@ -73,10 +73,12 @@ function startProbe(program: string, dir: string, onLine: (line: string) => void
   const file = path.join(dir, "go-probe.bt");
   writeFileSync(file, program);
   const started = Date.now();
-  const child = spawn("bpftrace", ["-f", "json", "--unsafe", file, "0"], { stdio: ["ignore", "pipe", "ignore"], env: { ...process.env, ...bpftraceEnv(), ...GO_PROBE_ENV } });
+  const child = spawn("bpftrace", ["-f", "json", "--unsafe", file, "0"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...bpftraceEnv(), ...GO_PROBE_ENV } });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr = (stderr + chunk).slice(-2000)));
   let buffered = "";
   return new Promise((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`bpftrace exited (${code}) before attaching`)));
+    child.once("exit", (code) => reject(new Error(`bpftrace exited (${code}) before attaching: ${stderr.trim()}`)));
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       buffered += chunk;
       const lines = buffered.split("\n");
@@ -121,11 +123,12 @@ async function hitsPerRequest(client: Client, placement: ProbePlacement, dir: st
     .split("\n")
     .filter((line) => line.startsWith("uprobe:"))
     .map((line) => line.slice(0, line.indexOf(" /")));
-  const counter = `${points.join(",\n")} /pid == ${client.process.pid}/ { @hits = count(); }\nBEGIN { printf("hello 0 0\\n"); }\nEND { printf("hits %d\\n", @hits); clear(@hits); }\n`;
+  const counter = `${points.join(",\n")} /pid == ${client.process.pid}/ { @hits = count(); }\nBEGIN { printf("hello 0 0\\n"); }\nEND { print(@hits); clear(@hits); }\n`;
   let hits = 0;
   const probe = await startProbe(counter, dir, (line) => {
-    const match = /"hits (\d+)/.exec(line);
-    if (match) hits = Number(match[1]);
+    // END's print; bpftrace prints the map again, cleared, as it exits.
+    const match = /"@hits": (\d+)/.exec(line);
+    if (match) hits = Math.max(hits, Number(match[1]));
   });
   await client.process.request(String(requests));
   await probe.stop();
