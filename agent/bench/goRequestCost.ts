@@ -201,8 +201,12 @@ async function main(): Promise<void> {
           continue;
         }
         let requestLines = 0;
+        let lost = 0;
         const probe = await startProbe(program, dir, (line) => {
           if (line.includes('"go_request ')) requestLines++;
+          // bpftrace's word that its reader fell behind the perf buffers and lines were dropped.
+          const dropped = /"type": "lost_events", "data": \{"events": (\d+)/.exec(line);
+          if (dropped) lost += Number(dropped[1]);
         });
         if (phase === "probe") {
           attach.push(probe.attachMs);
@@ -212,7 +216,7 @@ async function main(): Promise<void> {
         await new Promise((r) => setTimeout(r, 300)); // the last lines out of the perf buffers
         await probe.stop();
         if (phase === "unfollowed" && requestLines > 0) throw new Error(`a program following no process printed ${requestLines} requests`);
-        if (phase !== "unfollowed" && requestLines < requests * RUNS_PER_PHASE) throw new Error(`${phases[phase].label}: the probe saw ${requestLines} of ${requests * RUNS_PER_PHASE} requests: not the probed path`);
+        if (phase !== "unfollowed" && requestLines < requests * RUNS_PER_PHASE) throw new Error(`${phases[phase].label}: the probe saw ${requestLines} of ${requests * RUNS_PER_PHASE} requests (${lost} lines lost in its perf buffers): not the probed path`);
       }
     }
     const added = (phase: Phase): number[] => cost[phase].map((ns, i) => ns - cost[phases[phase].baseline ?? phase][i]!);
