@@ -31,7 +31,7 @@ import type { Http2FamilyName, Http2Function } from "./http2Families.ts";
 export const DEBUG_BUILD_ID_ROOT = "/usr/lib/debug/.build-id";
 
 /** Every symbol this module writes starts so; a file whose symbols all do is the agent's own. */
-export const PROBE_SYMBOL_PREFIX = "lostwrite_";
+const PROBE_SYMBOL_PREFIX = "lostwrite_";
 
 /** The hex build id of the binary's .note.gnu.build-id, or null when it has none. */
 export async function gnuBuildId(source: ByteSource, image: ElfImage): Promise<string | null> {
@@ -53,7 +53,7 @@ export function debugFilePath(buildId: string, root = DEBUG_BUILD_ID_ROOT): stri
   return path.join(root, buildId.slice(0, 2), `${buildId.slice(2)}.debug`);
 }
 
-export interface ProbeSymbol {
+interface ProbeSymbol {
   /** lostwrite_…: letters, digits and underscores, as a bpftrace attach point takes them unquoted. */
   name: string;
   /** The address the symbol names: a jump past a function's stack check. */
