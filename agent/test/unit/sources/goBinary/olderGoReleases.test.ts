@@ -61,6 +61,7 @@ describe("inspectGoBinary on Go releases before 1.18", () => {
         fileOffset: syntheticFileOffset(expected),
         // No symbols, but no JLS after the synthetic stack check either: probed at the entry.
         probeOffset: syntheticFileOffset(expected),
+        branchVaddr: null,
       });
     }
   });
