@@ -43,7 +43,13 @@ export class GoProbes {
   /** Targets left to the socket path because their client's layout is not verified. */
   readonly #unverified = new Set<number>();
   readonly #programs: UprobePrograms;
-  /** The debug files written to name probe points, by binary; removed when the agent stops. */
+  /**
+   * The debug files written to name probe points, by binary; removed when the
+   * agent stops. Not when a program's first follow line comes: bpftrace 0.17
+   * runs BEGIN, which prints those, before it attaches the uprobes, whose
+   * symbols it is still resolving then (tried: the programs of binaries with
+   * symbols failed to attach).
+   */
   readonly #symbolFiles = new Map<string, string>();
 
   constructor(opts: GoProbesOptions) {
