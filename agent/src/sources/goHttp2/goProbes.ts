@@ -8,6 +8,7 @@
 import { readlinkSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import path from "node:path";
+import { BoundedMap } from "../../boundedMap.ts";
 import { inspectGoBinary, type GoBinaryInspected, type GoBinaryReport, type ProbePlacement } from "../goBinary/inspectGoBinary.ts";
 import { DEBUG_BUILD_ID_ROOT, probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../goBinary/probeSymbolFile.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
@@ -40,6 +41,8 @@ export class GoProbes {
   readonly #o: Required<GoProbesOptions>;
   /** dev:inode → what inspecting the binary found; a rejection says why it cannot be probed. */
   readonly #inspected = new Map<string, GoBinaryReport>();
+  /** Each binary's latest target: whose /proc entry its program opens the binary through. */
+  readonly #latestPid: BoundedMap<string, number>;
   /** Targets left to the socket path because their client's layout is not verified. */
   readonly #unverified = new Set<number>();
   readonly #programs: UprobePrograms;
@@ -54,6 +57,7 @@ export class GoProbes {
 
   constructor(opts: GoProbesOptions) {
     this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, onLine: () => {}, ...opts };
+    this.#latestPid = new BoundedMap(this.#o.binaryCapacity, () => this.#o.metrics.eventsDropped.inc({ stage: "go_probes", reason: "capacity" }));
     const { lines, metrics } = this.#o;
     this.#programs = new UprobePrograms({
       what: "Go probe",
@@ -102,9 +106,17 @@ export class GoProbes {
         if (inspected.unverifiedLayout) this.#unverified.add(pid);
         continue;
       }
+      this.#latestPid.set(key, pid);
+      const latestPid = (): number => this.#latestPid.get(key) ?? pid;
+      const exe = (of: number): string => this.#exe(of);
       await this.#programs.add(pid, key, () => ({
-        // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
-        path: this.#exe(pid),
+        // Opened through a pid's /proc entry: that works in a pod, and for a
+        // binary deleted since. Read at each attempt to open it, through the
+        // binary's latest target: a short-lived first process (a kubectl)
+        // may be gone before its program starts, and the next one is alive.
+        get path() {
+          return exe(latestPid());
+        },
         render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
