@@ -3,24 +3,30 @@
 //
 // USAGE: npm run bench:go -- [--rounds N] [--requests N]   (root, bpftrace, go)
 //
-// WHAT RUNS. go-request-loop (agent/bench/go-request-loop, built here): a
-// server process answering HTTP/2 over TLS on loopback, and a client that
+// WHAT RUNS. go-request-loop (agent/bench/go-request-loop, built here twice:
+// stripped with -s -w, as most operator images ship, and with its symbol
+// table, as kubebuilder's Dockerfile builds a manager): a server process
+// answering HTTP/2 over TLS on loopback, and one client of each build that
 // keeps one golang.org/x/net/http2 connection, as client-go does, and sends
 // status PATCHes one after the other. Per round, in an order rotated every
-// round: the client alone; the client with the Go probe program lostwrite
+// round: each client alone; each client with the Go probe program lostwrite
 // renders for its binary (uprobes on its functions, filtered to its pid) —
-// for this stripped binary, past each function's stack check; and the same
-// program with its uprobes at the function entries, where they go in a
-// binary with symbols (see stackCheckPrologue.ts for why the two differ);
-// and the first program following no process: what every process running a
-// probed binary pays when the agent does not follow it (the traps, and the
-// one map lookup that sends them away).
+// past each function's stack check in both: by file offset in the stripped
+// one, by the names a debug file gives the jumps in the one with symbols
+// (probeSymbolFile.ts); the client with symbols probed at the function
+// entries, where its probes go when that debug file cannot be written (see
+// stackCheckPrologue.ts for why the two differ); and the stripped client's
+// program following no process: what every process running a probed binary
+// pays when the agent does not follow it (the traps, and the one map lookup
+// that sends them away). Each probe phase's added cost is paired with its own
+// client's run alone in the same round.
 // The client's CPU time is its whole process's (getrusage: a uprobe's cost is
 // charged to whichever thread hit it); the server's is read from /proc, to
 // show that a process the probe does not follow pays nothing. In each probe
 // phase the probe must have printed a line for every request, so the
-// measured path is the probed one. Also printed: how long bpftrace took to
-// compile and attach the program, and its resident memory once attached.
+// measured path is the probed one. Also printed: uprobe hits per request
+// (the program counts them), how long bpftrace took to compile and attach the
+// program, and its resident memory once attached.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -28,7 +34,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { buildGo } from "../../testbed/goBuild.ts";
-import { inspectGoBinary } from "../src/sources/goBinary/inspectGoBinary.ts";
+import { inspectGoBinary, type GoBinaryInspected, type ProbePlacement } from "../src/sources/goBinary/inspectGoBinary.ts";
+import { probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../src/sources/goBinary/probeSymbolFile.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "../src/sources/goHttp2/goProbeProgram.ts";
 import { bpftraceEnv } from "../src/sources/probe/probeProgram.ts";
 import { median } from "./costTable.ts";
@@ -58,34 +65,34 @@ function residentKib(pid: number): number {
 interface Probe {
   attachMs: number;
   rssKib: number;
-  requestLines: () => number;
   stop: () => Promise<void>;
 }
 
-/** Runs the Go program for `pid` and resolves once it has attached (its hello line). */
-function startProbe(program: string, dir: string): Promise<Probe> {
+/** Runs a bpftrace program, each line of its output to `onLine`; resolves once it has attached (its hello line). */
+function startProbe(program: string, dir: string, onLine: (line: string) => void): Promise<Probe> {
   const file = path.join(dir, "go-probe.bt");
   writeFileSync(file, program);
   const started = Date.now();
-  const child = spawn("bpftrace", ["-f", "json", "--unsafe", file, "0"], { stdio: ["ignore", "pipe", "ignore"], env: { ...process.env, ...bpftraceEnv(), ...GO_PROBE_ENV } });
-  let requests = 0;
+  const child = spawn("bpftrace", ["-f", "json", "--unsafe", file, "0"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...bpftraceEnv(), ...GO_PROBE_ENV } });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr = (stderr + chunk).slice(-2000)));
   let buffered = "";
   return new Promise((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`bpftrace exited (${code}) before attaching`)));
+    child.once("exit", (code) => reject(new Error(`bpftrace exited (${code}) before attaching: ${stderr.trim()}`)));
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       buffered += chunk;
       const lines = buffered.split("\n");
       buffered = lines.pop()!;
       for (const line of lines) {
-        if (line.includes('"go_request ')) requests++;
+        onLine(line);
         if (line.includes('"hello ')) {
           resolve({
             attachMs: Date.now() - started,
             rssKib: residentKib(child.pid!),
-            requestLines: () => requests,
+            // "close": its last lines (the END block's) are read by then.
             stop: () => new Promise((done) => {
               child.removeAllListeners("exit");
-              child.once("exit", () => done());
+              child.once("close", () => done());
               child.kill("SIGINT");
             }),
           });
@@ -95,41 +102,85 @@ function startProbe(program: string, dir: string): Promise<Probe> {
   });
 }
 
+interface Client {
+  process: LineProcess;
+  inspected: GoBinaryInspected;
+  binaryPath: string;
+}
+
+async function startClient(name: string, binary: string, port: number): Promise<Client> {
+  const process = new LineProcess(name, binary, ["client", `https://127.0.0.1:${port}/apis/demo.lostwrite.dev/v1/namespaces/bench/widgets/w1/status`]);
+  await process.nextLine(); // "ready PID": its connection is open
+  const binaryPath = `/proc/${process.pid}/exe`;
+  const inspected = await inspectGoBinary(binaryPath);
+  if (!inspected.ok) throw new Error(`cannot probe the bench client ${name}: ${inspected.reason}`);
+  return { process, inspected, binaryPath };
+}
+
+/** Uprobe hits per request, counted by a second program on the same points (its own hits are not in the measured runs). */
+async function hitsPerRequest(client: Client, placement: ProbePlacement, dir: string, requests: number): Promise<number> {
+  const points = renderGoProgram({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids: [client.process.pid], execWatch: false })
+    .split("\n")
+    .filter((line) => line.startsWith("uprobe:"))
+    .map((line) => line.slice(0, line.indexOf(" /")));
+  const counter = `${points.join(",\n")} /pid == ${client.process.pid}/ { @hits = count(); }\nBEGIN { printf("hello 0 0\\n"); }\nEND { print(@hits); clear(@hits); }\n`;
+  let hits = 0;
+  const probe = await startProbe(counter, dir, (line) => {
+    // END's print; bpftrace prints the map again, cleared, as it exits.
+    const match = /"@hits": (\d+)/.exec(line);
+    if (match) hits = Math.max(hits, Number(match[1]));
+  });
+  await client.process.request(String(requests));
+  await probe.stop();
+  return hits / requests;
+}
+
 async function main(): Promise<void> {
   const { rounds, requests } = options();
   if (process.getuid?.() !== 0) throw new Error("needs root (bpftrace loads BPF programs)");
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-go-"));
-  const binary = await buildGo({ source: path.join(here, "go-request-loop"), workDir: path.join(dir, "src"), out: path.join(dir, "go-request-loop"), flags: ["-ldflags=-s -w"] });
-  const server = new LineProcess("server", binary, ["server"]);
+  const source = path.join(here, "go-request-loop");
+  const stripped = await buildGo({ source, workDir: path.join(dir, "src-stripped"), out: path.join(dir, "go-request-loop"), flags: ["-ldflags=-s -w"] });
+  const withSymbols = await buildGo({ source, workDir: path.join(dir, "src-symbols"), out: path.join(dir, "go-request-loop-symbols") });
+  const server = new LineProcess("server", stripped, ["server"]);
   const port = Number(await server.nextLine());
-  const client = new LineProcess("client", binary, ["client", `https://127.0.0.1:${port}/apis/demo.lostwrite.dev/v1/namespaces/bench/widgets/w1/status`]);
+  const clients: Client[] = [];
+  const symbolFiles: string[] = [];
   try {
-    await client.nextLine(); // "ready PID": its connection is open
-    const inspected = await inspectGoBinary(`/proc/${client.pid}/exe`);
-    if (!inspected.ok) throw new Error(`cannot probe the bench client: ${inspected.reason}`);
-    const binaryPath = `/proc/${client.pid}/exe`;
-    const atEntries = inspected.families.map((f) => ({
-      ...f,
-      functions: Object.fromEntries(Object.entries(f.functions).map(([fn, l]) => [fn, { ...l, probeOffset: l.fileOffset }])) as typeof f.functions,
-    }));
-    const programs = {
-      probe: renderGoProgram({ binary: binaryPath, families: inspected.families, programId: 0, pids: [client.pid], execWatch: false }),
-      entry: renderGoProgram({ binary: binaryPath, families: atEntries, programId: 0, pids: [client.pid], execWatch: false }),
-      unfollowed: renderGoProgram({ binary: binaryPath, families: inspected.families, programId: 0, pids: [], execWatch: false }),
-    };
-    type Phase = "none" | keyof typeof programs;
-    const phases: Phase[] = inspected.probePlacement === "entry" ? ["none", "probe", "unfollowed"] : ["none", "probe", "entry", "unfollowed"];
+    const strip = await startClient("stripped client", stripped, port);
+    clients.push(strip);
+    const sym = await startClient("client with symbols", withSymbols, port);
+    clients.push(sym);
+    if (strip.inspected.probePlacement !== "stack check branch") throw new Error(`the stripped client is probed at ${strip.inspected.probePlacement}`);
+    if (sym.inspected.probePlacement !== "entry" || sym.inspected.buildId === null) throw new Error("the client with symbols has no symbol table or no GNU build id");
+    const written = writeProbeSymbols(sym.inspected.buildId, probeSymbolsOf(sym.inspected.families));
+    if (!("file" in written)) throw new Error(`cannot name the probe points of the client with symbols: ${written.reason}`);
+    symbolFiles.push(written.file);
 
-    const cost = { none: [] as number[], probe: [] as number[], entry: [] as number[], unfollowed: [] as number[] };
-    const wall = { none: [] as number[], probe: [] as number[], entry: [] as number[], unfollowed: [] as number[] };
-    const serverCost = { none: [] as number[], probe: [] as number[], entry: [] as number[], unfollowed: [] as number[] };
+    const render = (client: Client, placement: ProbePlacement, pids: number[]): string =>
+      renderGoProgram({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids, execWatch: false });
+    const phases = {
+      none: { label: "stripped, no probe", client: strip, program: null, baseline: null },
+      probe: { label: "stripped, probed past the stack check", client: strip, program: render(strip, "stack check branch", [strip.process.pid]), baseline: "none" },
+      symbolsNone: { label: "with symbols, no probe", client: sym, program: null, baseline: null },
+      symbols: { label: "with symbols, probed past the stack check (named)", client: sym, program: render(sym, "named branch", [sym.process.pid]), baseline: "symbolsNone" },
+      entry: { label: "with symbols, probed at the entries", client: sym, program: render(sym, "entry", [sym.process.pid]), baseline: "symbolsNone" },
+      unfollowed: { label: "stripped, program following no process", client: strip, program: render(strip, "stack check branch", []), baseline: "none" },
+    } as const;
+    type Phase = keyof typeof phases;
+    const order = Object.keys(phases) as Phase[];
+    const empty = (): Record<Phase, number[]> => ({ none: [], probe: [], symbolsNone: [], symbols: [], entry: [], unfollowed: [] });
+    const cost = empty();
+    const wall = empty();
+    const serverCost = empty();
     const attach: number[] = [];
     const rss: number[] = [];
+    const lostLines: Record<Phase, number> = { none: 0, probe: 0, symbolsNone: 0, symbols: 0, entry: 0, unfollowed: 0 };
     const measure = async (phase: Phase): Promise<void> => {
       let best = { cpu: Infinity, wall: Infinity, server: Infinity };
       for (let run = 0; run < RUNS_PER_PHASE; run++) {
         const serverBefore = processCpuNs(server.pid);
-        const [cpuNs, wallNs] = (await client.request(String(requests))).split(" ").map(Number) as [number, number];
+        const [cpuNs, wallNs] = (await phases[phase].client.process.request(String(requests))).split(" ").map(Number) as [number, number];
         const serverNs = (processCpuNs(server.pid) - serverBefore) / requests;
         if (cpuNs < best.cpu) best = { cpu: cpuNs, wall: wallNs, server: serverNs };
       }
@@ -137,51 +188,64 @@ async function main(): Promise<void> {
       wall[phase].push(best.wall);
       serverCost[phase].push(best.server);
     };
+    const hits = {
+      probe: await hitsPerRequest(strip, "stack check branch", dir, 200),
+      symbols: await hitsPerRequest(sym, "named branch", dir, 200),
+      entry: await hitsPerRequest(sym, "entry", dir, 200),
+    };
     for (let round = 0; round < rounds; round++) {
       // Rotated every round, so that no phase always runs first or last.
-      for (const phase of phases.map((_, i) => phases[(i + round) % phases.length]!)) {
-        if (phase === "none") {
-          await measure("none");
+      for (const phase of order.map((_, i) => order[(i + round) % order.length]!)) {
+        const { program } = phases[phase];
+        if (program === null) {
+          await measure(phase);
           continue;
         }
-        const probe = await startProbe(programs[phase], dir);
+        let requestLines = 0;
+        let lost = 0;
+        const probe = await startProbe(program, dir, (line) => {
+          if (line.includes('"go_request ')) requestLines++;
+          // bpftrace's word that its reader fell behind the perf buffers and lines were dropped.
+          const dropped = /"type": "lost_events", "data": \{"events": (\d+)/.exec(line);
+          if (dropped) lost += Number(dropped[1]);
+        });
         if (phase === "probe") {
           attach.push(probe.attachMs);
           rss.push(probe.rssKib);
         }
         await measure(phase);
         await new Promise((r) => setTimeout(r, 300)); // the last lines out of the perf buffers
-        const seen = probe.requestLines();
         await probe.stop();
-        if (phase === "unfollowed" && seen > 0) throw new Error(`a program following no process printed ${seen} requests`);
-        if (phase !== "unfollowed" && seen < requests * RUNS_PER_PHASE) throw new Error(`the probe saw ${seen} of ${requests * RUNS_PER_PHASE} requests: not the probed path`);
+        if (phase === "unfollowed" && requestLines > 0) throw new Error(`a program following no process printed ${requestLines} requests`);
+        // A line bpftrace lost was printed all the same (the probe ran): the probed path, whose cost is measured.
+        if (phase !== "unfollowed" && requestLines + lost < requests * RUNS_PER_PHASE) throw new Error(`${phases[phase].label}: the probe saw ${requestLines} of ${requests * RUNS_PER_PHASE} requests (${lost} lines lost in its perf buffers): not the probed path`);
+        lostLines[phase] += lost;
       }
     }
-    const added = (phase: Exclude<Phase, "none">): number[] => cost[phase].map((ns, i) => ns - cost.none[i]!);
-    const row = (label: string, values: number[]): string => `${label.padEnd(44)} ${median(values).toFixed(0).padStart(8)}   (${Math.min(...values).toFixed(0)}–${Math.max(...values).toFixed(0)})`;
-    console.log(`Go HTTP/2 request cost: ${rounds} rounds × ${RUNS_PER_PHASE} runs × ${requests} sequential status PATCHes, one connection`);
-    console.log(`kernel ${os.release()}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, ${inspected.goVersion}, x/net ${inspected.xNet?.version ?? "?"}, ${inspected.families.map((f) => f.name).join(" + ")} probed, uprobes at: ${inspected.probePlacement}`);
-    console.log("                                               median   (range)");
-    console.log(row("client CPU ns/request, no probe", cost.none));
-    console.log(row("client CPU ns/request, Go probe attached", cost.probe));
-    console.log(row("  added CPU ns/request (per-round pairs)", added("probe")));
-    console.log(`  ratio                                          ${(median(cost.probe) / median(cost.none)).toFixed(3)}`);
-    if (phases.includes("entry")) {
-      console.log(row("client CPU ns/request, probes at entries", cost.entry));
-      console.log(row("  added CPU ns/request (per-round pairs)", added("entry")));
-      console.log(`  ratio                                          ${(median(cost.entry) / median(cost.none)).toFixed(3)}`);
+    const added = (phase: Phase): number[] => cost[phase].map((ns, i) => ns - cost[phases[phase].baseline ?? phase][i]!);
+    const row = (label: string, values: number[]): string => `${label.padEnd(58)} ${median(values).toFixed(0).padStart(8)}   (${Math.min(...values).toFixed(0)}–${Math.max(...values).toFixed(0)})`;
+    console.log(`Go HTTP/2 request cost: ${rounds} rounds × ${RUNS_PER_PHASE} runs × ${requests} sequential status PATCHes, one connection per client`);
+    console.log(`kernel ${os.release()}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, ${strip.inspected.goVersion}, x/net ${strip.inspected.xNet?.version ?? "?"}, ${strip.inspected.families.map((f) => f.name).join(" + ")} probed`);
+    console.log("                                                             median   (range)");
+    for (const phase of order) {
+      const { label, baseline } = phases[phase];
+      console.log(row(`client CPU ns/request, ${label}`, cost[phase]));
+      if (baseline === null) continue;
+      console.log(row("  added CPU ns/request (per-round pairs)", added(phase)));
+      console.log(`  ratio                                                        ${(median(cost[phase]) / median(cost[baseline])).toFixed(3)}`);
+      if (phase in hits) console.log(`  uprobe hits per request                                      ${hits[phase as keyof typeof hits].toFixed(2)}`);
+      if (lostLines[phase] > 0) console.log(`  lines bpftrace lost (its reader fell behind)                 ${lostLines[phase]}`);
     }
-    console.log(row("client CPU ns/request, program, client not followed", cost.unfollowed));
-    console.log(row("  added CPU ns/request (per-round pairs)", added("unfollowed")));
-    console.log(row("client wall ns/request, no probe", wall.none));
-    console.log(row("client wall ns/request, Go probe attached", wall.probe));
-    console.log(row("server CPU ns/request, no probe", serverCost.none));
-    console.log(row("server CPU ns/request, Go probe attached", serverCost.probe));
+    console.log(row("client wall ns/request, stripped, no probe", wall.none));
+    console.log(row("client wall ns/request, stripped, probed", wall.probe));
+    console.log(row("server CPU ns/request, stripped client, no probe", serverCost.none));
+    console.log(row("server CPU ns/request, stripped client, probed", serverCost.probe));
     console.log(row("probe compile + attach, ms", attach));
     console.log(row("bpftrace resident memory, KiB", rss));
   } finally {
-    client.kill();
+    for (const client of clients) client.process.kill();
     server.kill();
+    for (const file of symbolFiles) removeProbeSymbols(file);
     rmSync(dir, { recursive: true, force: true });
   }
 }

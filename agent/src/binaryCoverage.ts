@@ -12,7 +12,9 @@ function coverageLine(report: GoBinaryReport): { covered: boolean; line: string 
   const built = [report.goVersion ?? `Go 1.${report.goMinor} or later (no build info)`, report.xNet ? `golang.org/x/net ${report.xNet.version}` : null].filter(Boolean).join(", ");
   const families = report.families.map((f) => `${f.name}, layout from ${f.layoutFrom === "dwarf" ? "its DWARF" : "the verified table"}`).join("; ");
   const left = report.unverifiedFamilies.length > 0 ? `; not followed: ${report.unverifiedFamilies.map((f) => f.reason).join("; ")}` : "";
-  return { covered: true, line: `covered: ${report.path} (${built}): requests followed (HTTP/2 client families: ${families}), uprobes at ${report.probePlacement}${left}` };
+  // With symbols and a build id the agent names the jumps in a debug file, where it can write one (probeSymbolFile.ts).
+  const where = report.probePlacement === "entry" && report.buildId !== null ? "named branch (entry where its debug file cannot be written)" : report.probePlacement;
+  return { covered: true, line: `covered: ${report.path} (${built}): requests followed (HTTP/2 client families: ${families}), uprobes at ${where}${left}` };
 }
 
 /** Prints the line; exit code 0 when covered, 1 when not. */

@@ -33,17 +33,16 @@ func (f family) memberName(name string) string {
 // probedFunctions are the functions the agent's uprobes hook, by its names for
 // them (agent/src/sources/goBinary/http2Families.ts), as receiver and method.
 var probedFunctions = []struct{ role, receiver, method string }{
-	{"writeRequest", "clientStream", "writeRequest"},
-	{"writeHeaders", "ClientConn", "writeHeaders"},
+	{"encodeAndWriteHeaders", "clientStream", "encodeAndWriteHeaders"},
 	{"processHeaders", "clientConnReadLoop", "processHeaders"},
 	{"processResetStream", "clientConnReadLoop", "processResetStream"},
 	{"processGoAway", "clientConnReadLoop", "processGoAway"},
 	{"cleanup", "clientConnReadLoop", "cleanup"},
-	{"abortStream", "clientStream", "abortStream"},
+	{"writeStreamReset", "ClientConn", "writeStreamReset"},
 }
 
 // symbol is the function's name in the pclntab and in DWARF, e.g.
-// "golang.org/x/net/http2.(*ClientConn).writeHeaders".
+// "golang.org/x/net/http2.(*ClientConn).writeStreamReset".
 func (f family) symbol(receiver, method string) string {
 	return f.pkg + ".(*" + f.typePrefix + receiver + ")." + method
 }

@@ -55,6 +55,7 @@ func (l layout) within(key string, t dwarf.Type, from string, path ...string) dw
 func familyLayout(ix *dwarfIndex, f family) layout {
 	l := newLayout()
 	l.at(ix, "clientStream.cc", f.typeName("clientStream"), "cc")
+	l.at(ix, "clientStream.ID", f.typeName("clientStream"), "ID")
 	l.at(ix, "ClientConn.tconn.data", f.typeName("ClientConn"), "tconn", "data")
 	l.at(ix, "clientConnReadLoop.cc", f.typeName("clientConnReadLoop"), "cc")
 	l.at(ix, "MetaHeadersFrame.HeadersFrame", f.typeName("MetaHeadersFrame"), f.memberName("HeadersFrame"))
@@ -72,7 +73,7 @@ func familyLayout(ix *dwarfIndex, f family) layout {
 	l.within("HeaderField.Name", headerField, "MetaHeadersFrame.Fields", "Name")
 	l.within("HeaderField.Value", headerField, "MetaHeadersFrame.Fields", "Value")
 
-	// The request is whatever writeRequest takes second (after its receiver):
+	// The request is whatever encodeAndWriteHeaders takes second (after its receiver):
 	// *http.Request, or Go 1.27's *ClientRequest in net/http/internal/http2.
 	request, err := requestType(ix, f)
 	if err != nil {
@@ -81,9 +82,9 @@ func familyLayout(ix *dwarfIndex, f family) layout {
 		}
 		return l
 	}
-	l.within("request.Method", request, "writeRequest's req", "Method")
+	l.within("request.Method", request, "encodeAndWriteHeaders's req", "Method")
 	var url dwarf.Type
-	if urlField := l.within("request.URL", request, "writeRequest's req", "URL"); urlField != nil {
+	if urlField := l.within("request.URL", request, "encodeAndWriteHeaders's req", "URL"); urlField != nil {
 		url, _ = pointee(urlField)
 	}
 	l.within("url.URL.Path", url, "request.URL", "Path")
@@ -107,7 +108,7 @@ func elementOf(slice dwarf.Type) dwarf.Type {
 }
 
 func requestType(ix *dwarfIndex, f family) (dwarf.Type, error) {
-	symbol := f.symbol("clientStream", "writeRequest")
+	symbol := f.symbol("clientStream", "encodeAndWriteHeaders")
 	params, ok := ix.params[symbol]
 	if !ok {
 		return nil, fmt.Errorf("%s not in DWARF", symbol)

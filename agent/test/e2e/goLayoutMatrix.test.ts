@@ -51,6 +51,7 @@ function probeReads(l: Http2Layout): Record<string, number> {
     "net.TCPConn.fd": l.tcpConnFd,
     "net.netFD.pfd.Sysfd": l.netFdSysfd,
     "clientConnReadLoop.cc": l.readLoopConn,
+    "clientStream.ID": l.streamId,
     "MetaHeadersFrame.HeadersFrame": l.metaHeadersFrame,
     "MetaHeadersFrame.Fields": l.metaFields,
     "MetaHeadersFrame.Fields.len": l.metaFields + 8,

@@ -1,7 +1,7 @@
 // A family's layout as one binary's DWARF gives it: each offset the probe
 // program reads, found by following the probed functions' own parameters to
-// their struct types, so the request type is whatever writeRequest takes
-// (*http.Request, Go 1.27's *ClientRequest) and a changed signature shows as
+// their struct types, so the request type is whatever encodeAndWriteHeaders
+// takes (*http.Request, Go 1.27's *ClientRequest) and a changed signature shows as
 // a parameter that is not where the probes read it. The socket chain below
 // the connection (crypto/tls, net, internal/poll) is found by type name.
 import type { DwarfTypes, DwarfStruct } from "./dwarfTypes.ts";
@@ -39,7 +39,7 @@ function namedStruct(types: DwarfTypes, name: string): DwarfStruct {
   return types.structs.get(at)!;
 }
 
-/** The first two parameters of a probed function: the probes read them from AX and BX, so both must be pointers (or, for writeHeaders, the 4-byte stream id). */
+/** The first two parameters of a probed function: the probes read them from AX and BX, so both must be pointers (or, for writeStreamReset, the 4-byte stream id). */
 function firstTwo(types: DwarfTypes, symbol: string): [number | null, number | null] {
   const params = types.functions.get(symbol);
   if (params === undefined || params.length < 2) throw new Missing(`${symbol}: no parameters in the DWARF`);
@@ -50,14 +50,17 @@ function firstTwo(types: DwarfTypes, symbol: string): [number | null, number | n
 export function layoutFromDwarf(types: DwarfTypes, family: Http2FamilyName): Http2Layout | string {
   const symbols = HTTP2_SYMBOLS[family];
   try {
-    const [streamType, requestType] = firstTwo(types, symbols.writeRequest);
-    const stream = structBehind(types, streamType, `${symbols.writeRequest}'s stream`);
-    const request = structBehind(types, requestType, `${symbols.writeRequest}'s request`);
+    const [streamType, requestType] = firstTwo(types, symbols.encodeAndWriteHeaders);
+    const stream = structBehind(types, streamType, `${symbols.encodeAndWriteHeaders}'s stream`);
+    const request = structBehind(types, requestType, `${symbols.encodeAndWriteHeaders}'s request`);
     const url = structBehind(types, member(request, "URL").type, `${request.name}.URL`);
+    const streamId = member(stream, "ID");
+    if (streamId.type === null || types.baseSizes.get(streamId.type) !== 4) throw new Missing(`${stream.name}.ID is not a 4-byte stream id`);
 
-    const [connType, streamIdType] = firstTwo(types, symbols.writeHeaders);
-    if (streamIdType === null || types.baseSizes.get(streamIdType) !== 4) throw new Missing(`${symbols.writeHeaders}: its second parameter is not a 4-byte stream id`);
-    const conn = structBehind(types, connType, `${symbols.writeHeaders}'s connection`);
+    const [connType, resetIdType] = firstTwo(types, symbols.writeStreamReset);
+    if (resetIdType === null || types.baseSizes.get(resetIdType) !== 4) throw new Missing(`${symbols.writeStreamReset}: its second parameter is not a 4-byte stream id`);
+    const conn = structBehind(types, connType, `${symbols.writeStreamReset}'s connection`);
+    if (structBehind(types, member(stream, "cc").type, `${stream.name}.cc`).name !== conn.name) throw new Missing(`${stream.name}.cc is not a *${conn.name}`);
 
     const [readLoopType, metaType] = firstTwo(types, symbols.processHeaders);
     const readLoop = structBehind(types, readLoopType, `${symbols.processHeaders}'s read loop`);
@@ -76,7 +79,6 @@ export function layoutFromDwarf(types: DwarfTypes, family: Http2FamilyName): Htt
       if (id !== frameStreamId) throw new Missing(`${frame.name}'s StreamID is at ${id}, not at ${frameStreamId} as in ${headersFrame.name}`);
     }
     if (receiverOf(types, symbols.cleanup) !== readLoop.name) throw new Missing(`${symbols.cleanup} is not a method of ${readLoop.name}`);
-    if (receiverOf(types, symbols.abortStream) !== stream.name) throw new Missing(`${symbols.abortStream} is not a method of ${stream.name}`);
 
     const tcpConn = namedStruct(types, "net.TCPConn");
     const netConn = structBehind(types, member(tcpConn, "conn").type, "net.TCPConn.conn");
@@ -92,6 +94,7 @@ export function layoutFromDwarf(types: DwarfTypes, family: Http2FamilyName): Htt
       netFdSysfd: member(netFd, "pfd").offset + member(pollFd, "Sysfd").offset,
       readLoopConn: member(readLoop, "cc").offset,
       streamConn: member(stream, "cc").offset,
+      streamId: streamId.offset,
       metaHeadersFrame: embedded(meta, "HeadersFrame").offset,
       metaFields: member(meta, "Fields").offset,
       frameStreamId,

@@ -15,7 +15,7 @@ import type { Http2FamilyName } from "./http2Families.ts";
 
 /** Byte offsets, on amd64, of the fields the probe program reads. */
 export interface Http2Layout {
-  /** In the request writeRequest takes (*http.Request, or Go 1.27's *ClientRequest): Method (a string) and URL (*url.URL). */
+  /** In the request encodeAndWriteHeaders takes (*http.Request, or Go 1.27's *ClientRequest): Method (a string) and URL (*url.URL). */
   requestMethod: number;
   requestUrl: number;
   /** url.URL.Path, a string. */
@@ -30,6 +30,8 @@ export interface Http2Layout {
   /** clientConnReadLoop.cc and clientStream.cc, each a *ClientConn. */
   readLoopConn: number;
   streamConn: number;
+  /** clientStream.ID, the stream's id (a uint32), assigned before its headers are written. */
+  streamId: number;
   /** MetaHeadersFrame: its *HeadersFrame and Fields (a slice of hpack.HeaderField). */
   metaHeadersFrame: number;
   metaFields: number;
@@ -53,6 +55,7 @@ const COMMON = {
   netFdSysfd: 16,
   readLoopConn: 0,
   streamConn: 0,
+  streamId: 40,
   metaHeadersFrame: 0,
   metaFields: 8,
   frameStreamId: 8,

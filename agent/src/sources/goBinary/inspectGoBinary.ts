@@ -17,6 +17,7 @@ import { readDwarfTypes, type DwarfTypes } from "./dwarfTypes.ts";
 import { layoutFor, type Http2Layout } from "./http2Layouts.ts";
 import { allHttp2Symbols, HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2FamilyName, type Http2Function } from "./http2Families.ts";
 import { NotInspectable } from "./notInspectable.ts";
+import { gnuBuildId } from "./probeSymbolFile.ts";
 import { locatePclntab, type PclntabLocation } from "./pclntabLocation.ts";
 import type { PclntabLayout } from "./pclntabHeader.ts";
 import { PROLOGUE_BYTES, stackCheckBranchOffset, startsWithGoStackCheck } from "./stackCheckPrologue.ts";
@@ -33,6 +34,8 @@ export interface FunctionLocation {
    * check where bpftrace allows it, else the entry (see probePlacement).
    */
   probeOffset: number;
+  /** The address of the jump that ends the entry's stack check; null when the check is not followed by one. */
+  branchVaddr: number | null;
 }
 
 export interface Http2Family {
@@ -78,17 +81,21 @@ export interface GoBinaryInspected {
   unverifiedFamilies: UnverifiedHttp2Family[];
   /** Where the uprobes go: see probePlacement. */
   probePlacement: ProbePlacement;
+  /** The hex GNU build id (Go 1.24+ writes one), by which a debug file naming the branches can be found; null without one. */
+  buildId: string | null;
 }
 
 /**
  * "stack check branch": after the entry's stack check, on the jump the
- * kernel emulates (a cheaper uprobe; see stackCheckBranchOffset). bpftrace
- * 0.17 (built without offset support, as Debian ships it) refuses an address
- * inside a function it can name, so this is only possible in a binary without
- * a symbol table; with one, "entry". A function whose stack check is not
- * followed by that jump is probed at its entry either way.
+ * kernel emulates (a cheaper uprobe; see stackCheckBranchOffset), given by
+ * file offset. bpftrace 0.17 (built without offset support, as Debian ships
+ * it) refuses an address inside a function it can name, so this is only
+ * possible in a binary without a symbol table; with one, "entry", unless the
+ * agent names each jump in a debug file of the binary ("named branch", see
+ * probeSymbolFile.ts). A function whose stack check is not followed by that
+ * jump is probed at its entry either way.
  */
-export type ProbePlacement = "stack check branch" | "entry";
+export type ProbePlacement = "stack check branch" | "named branch" | "entry";
 
 export interface GoBinaryRejected {
   ok: false;
@@ -147,6 +154,7 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
   const incompleteFamilies: IncompleteHttp2Family[] = [];
   const unverifiedFamilies: UnverifiedHttp2Family[] = [];
   const placement: ProbePlacement = findSection(image, ".symtab") === undefined ? "stack check branch" : "entry";
+  const buildId = await gnuBuildId(source, image);
   const xNet = buildInfo?.modules.get("golang.org/x/net") ?? null;
   let dwarf: DwarfTypes | null | undefined;
   for (const name of HTTP2_FAMILY_NAMES) {
@@ -201,6 +209,7 @@ export async function inspectSource(path: string, source: ByteSource): Promise<G
     incompleteFamilies,
     unverifiedFamilies,
     probePlacement: placement,
+    buildId,
   };
 }
 
@@ -228,8 +237,14 @@ async function locateFunctions(
           "refusing an address where a uprobe could land mid-instruction",
       );
     }
-    const branch = placement === "stack check branch" ? stackCheckBranchOffset(code) : null;
-    located[fn] = { symbol, vaddr, fileOffset, probeOffset: fileOffset + (branch ?? 0) };
+    const branch = stackCheckBranchOffset(code);
+    located[fn] = {
+      symbol,
+      vaddr,
+      fileOffset,
+      probeOffset: fileOffset + (placement === "stack check branch" ? (branch ?? 0) : 0),
+      branchVaddr: branch === null ? null : vaddr + branch,
+    };
   }
   return located;
 }

@@ -8,7 +8,9 @@
 import { readlinkSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import path from "node:path";
-import { inspectGoBinary, type GoBinaryReport } from "../goBinary/inspectGoBinary.ts";
+import { BoundedMap } from "../../boundedMap.ts";
+import { inspectGoBinary, type GoBinaryInspected, type GoBinaryReport, type ProbePlacement } from "../goBinary/inspectGoBinary.ts";
+import { DEBUG_BUILD_ID_ROOT, probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../goBinary/probeSymbolFile.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
@@ -26,6 +28,12 @@ interface GoProbesOptions extends UprobeContext {
   lines: GoLines;
   /** Binaries remembered, probed or not (default 1024). */
   binaryCapacity?: number;
+  /**
+   * Where the debug files naming the probe points of binaries with symbols go
+   * (probeSymbolFile.ts; default bcc's /usr/lib/debug/.build-id); null: such
+   * binaries are probed at their functions' entries.
+   */
+  probeSymbolRoot?: string | null;
 }
 
 export class GoProbes {
@@ -33,12 +41,23 @@ export class GoProbes {
   readonly #o: Required<GoProbesOptions>;
   /** dev:inode → what inspecting the binary found; a rejection says why it cannot be probed. */
   readonly #inspected = new Map<string, GoBinaryReport>();
+  /** Each binary's latest target: whose /proc entry its program opens the binary through. */
+  readonly #latestPid: BoundedMap<string, number>;
   /** Targets left to the socket path because their client's layout is not verified. */
   readonly #unverified = new Set<number>();
   readonly #programs: UprobePrograms;
+  /**
+   * The debug files written to name probe points, by binary; removed when the
+   * agent stops. Not when a program's first follow line comes: bpftrace 0.17
+   * runs BEGIN, which prints those, before it attaches the uprobes, whose
+   * symbols it is still resolving then (tried: the programs of binaries with
+   * symbols failed to attach).
+   */
+  readonly #symbolFiles = new Map<string, string>();
 
   constructor(opts: GoProbesOptions) {
-    this.#o = { binaryCapacity: 1024, onLine: () => {}, ...opts };
+    this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, onLine: () => {}, ...opts };
+    this.#latestPid = new BoundedMap(this.#o.binaryCapacity, () => this.#o.metrics.eventsDropped.inc({ stage: "go_probes", reason: "capacity" }));
     const { lines, metrics } = this.#o;
     this.#programs = new UprobePrograms({
       what: "Go probe",
@@ -63,6 +82,8 @@ export class GoProbes {
 
   async stop(): Promise<void> {
     await this.#programs.stop();
+    for (const file of this.#symbolFiles.values()) removeProbeSymbols(file);
+    this.#symbolFiles.clear();
   }
 
   /** A process its exec made followed, and that is no target. */
@@ -85,10 +106,18 @@ export class GoProbes {
         if (inspected.unverifiedLayout) this.#unverified.add(pid);
         continue;
       }
+      this.#latestPid.set(key, pid);
+      const latestPid = (): number => this.#latestPid.get(key) ?? pid;
+      const exe = (of: number): string => this.#exe(of);
       await this.#programs.add(pid, key, () => ({
-        // Opened through the pid's /proc entry: that works in a pod, and for a binary deleted since.
-        path: this.#exe(pid),
-        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: inspected.probePlacement, ...follow }),
+        // Opened through a pid's /proc entry: that works in a pod, and for a
+        // binary deleted since. Read at each attempt to open it, through the
+        // binary's latest target: a short-lived first process (a kubectl)
+        // may be gone before its program starts, and the next one is alive.
+        get path() {
+          return exe(latestPid());
+        },
+        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
         details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
@@ -96,6 +125,22 @@ export class GoProbes {
     }
     this.#o.metrics.goTargets.set({ coverage: "requests" }, this.#programs.followed);
     this.#o.metrics.goTargets.set({ coverage: "unverified_layout" }, this.#unverified.size);
+  }
+
+  /**
+   * Where a program about to start probes the binary: in a binary with
+   * symbols, at the jumps past the stack checks when the debug file naming
+   * them can be written now (probeSymbolFile.ts), else at the entries.
+   */
+  #placement(key: string, pid: number, inspected: GoBinaryInspected): ProbePlacement {
+    if (inspected.probePlacement !== "entry" || inspected.buildId === null || this.#o.probeSymbolRoot === null) return inspected.probePlacement;
+    const written = writeProbeSymbols(inspected.buildId, probeSymbolsOf(inspected.families), this.#o.probeSymbolRoot);
+    if ("file" in written) {
+      this.#symbolFiles.set(key, written.file);
+      return "named branch";
+    }
+    this.#o.log.warnRateLimited(`go-probe-symbols-${key}`, "Go binary with symbols: its uprobes go at the function entries, which cost more; the debug file naming its probe points could not be written", { pid, reason: written.reason });
+    return "entry";
   }
 
   async #binaryKey(pid: number): Promise<string | null> {

@@ -15,7 +15,9 @@
 //   the connection's read loop ends  every stream without response headers
 //                                    is lost: connection_reset (socket in
 //                                    CLOSE) or connection_closed_unanswered
-//   the client aborts the stream     client_gave_up (its timeout or cancel)
+//   the client resets the stream     client_gave_up (its timeout or cancel),
+//                                    unless a reset or the connection's end
+//                                    explains it within abortGraceNs
 //
 // Only status writes (PUT or PATCH of …/status) to an apiserver become loss
 // events. Any other request that dies with its connection — a watch, a read,
@@ -143,8 +145,6 @@ export class GoRequests {
   /** Aborted streams waiting for their verdict, in kernel-time order. */
   readonly #aborts: { conn: string; streamId: number; stream: bigint; atNs: bigint }[] = [];
   readonly #conns = new Map<string, Conn>();
-  /** pid|stream pointer → conn key and stream id. */
-  readonly #streams = new Map<string, { conn: string; streamId: number }>();
   /**
    * Pids a Go program follows: since when, and until when once it stopped
    * (kernel ns; kept until the lines before then are applied). A socket-path
@@ -352,15 +352,18 @@ export class GoRequests {
         return;
       }
       case "go_abort": {
-        // Not judged yet: a write into a reset connection aborts the stream
-        // too, a moment before the read loop sees the connection end.
-        const where = this.#streams.get(`${record.pid}|${record.stream}`);
-        if (where === undefined) return;
+        // Not judged yet: a write into a reset connection resets the stream
+        // too, a moment before the read loop sees the connection end. A
+        // stream answered already (NO_ERROR after an early answer) is not
+        // followed any more and is ignored.
+        const conn = connKey(record.pid, record.conn);
+        const open = this.#conns.get(conn)?.streams.get(record.streamId);
+        if (open === undefined) return;
         if (this.#aborts.length >= this.#o.capacity) {
           this.#o.onDrop("capacity");
           this.#judgeAborts(this.#aborts[0]!.atNs); // the oldest is judged early
         }
-        this.#aborts.push({ ...where, stream: record.stream, atNs: record.ts });
+        this.#aborts.push({ conn, streamId: record.streamId, stream: open.stream, atNs: record.ts });
         return;
       }
     }
@@ -384,7 +387,6 @@ export class GoRequests {
     const replaced = conn.streams.get(request.streamId);
     if (replaced !== undefined) this.#take(key, request.streamId);
     conn.streams.set(request.streamId, request);
-    this.#streams.set(`${request.pid}|${request.stream}`, { conn: key, streamId: request.streamId });
     this.#followed++;
   }
 
@@ -393,7 +395,6 @@ export class GoRequests {
     const request = streams?.get(streamId);
     if (request === undefined) return undefined;
     streams!.delete(streamId);
-    this.#streams.delete(`${request.pid}|${request.stream}`);
     this.#followed--;
     return request;
   }

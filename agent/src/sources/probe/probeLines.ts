@@ -70,7 +70,8 @@ export const PROBE_FAMILIES = {
     go_goaway: { ts: "u64", pid: "int", conn: "u64", lastStreamId: "int", code: "int" },
     // The connection's read loop ended; state is its TCP state then (7 CLOSE, 8 CLOSE_WAIT; 0 unreadable).
     go_conn_closed: { ts: "u64", pid: "int", conn: "u64", state: "int", port: "int", addr: "word" },
-    go_abort: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64" },
+    // The client reset one of its streams (it gave up, or its write failed): code is the RST_STREAM's error code.
+    go_abort: { ts: "u64", pid: "int", tid: "int", conn: "u64", streamId: "int", code: "int" },
     tick: TICK,
   },
   tls: {

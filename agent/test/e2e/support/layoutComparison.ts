@@ -8,7 +8,7 @@ import type { GoLayoutReport, LayoutFamily, LayoutFamilyName } from "../../../..
 export type ProbeLayouts = Partial<Record<LayoutFamilyName, Readonly<Record<string, number>>>>;
 
 /** The probed functions, in go-layout's (and http2Families.ts's) names. */
-export const PROBED_ROLES = ["writeRequest", "writeHeaders", "processHeaders", "processResetStream", "processGoAway", "cleanup", "abortStream"] as const;
+export const PROBED_ROLES = ["encodeAndWriteHeaders", "processHeaders", "processResetStream", "processGoAway", "cleanup", "writeStreamReset"] as const;
 
 /**
  * The arguments goProbeProgram.ts reads from Go's register ABI (AX, BX, …, in
@@ -18,13 +18,13 @@ export const PROBED_ROLES = ["writeRequest", "writeHeaders", "processHeaders", "
  */
 const PROBED_ARGUMENTS: Record<(typeof PROBED_ROLES)[number], readonly string[]> = {
   // net/http's *Request; Go 1.27's net/http/internal/http2 has its own *ClientRequest.
-  writeRequest: ["*clientStream", "*Request"],
-  writeHeaders: ["*ClientConn", "uint32"],
+  encodeAndWriteHeaders: ["*clientStream", "*Request"],
   processHeaders: ["*clientConnReadLoop", "*MetaHeadersFrame"],
   processResetStream: ["*clientConnReadLoop", "*RSTStreamFrame"],
   processGoAway: ["*clientConnReadLoop", "*GoAwayFrame"],
   cleanup: ["*clientConnReadLoop"],
-  abortStream: ["*clientStream"],
+  // The stream id and the RST_STREAM's error code (ErrCode, a uint32 type of the family's).
+  writeStreamReset: ["*ClientConn", "uint32", "ErrCode"],
 };
 
 const FAMILY_TYPE_PREFIX: Record<LayoutFamilyName, string> = {
@@ -35,6 +35,7 @@ const FAMILY_TYPE_PREFIX: Record<LayoutFamilyName, string> = {
 
 function qualified(family: LayoutFamilyName, type: string): string {
   if (type === "*Request") return family === "internal" ? "*net/http/internal/http2.ClientRequest" : "*net/http.Request";
+  if (type === "ErrCode") return `${FAMILY_TYPE_PREFIX[family]}ErrCode`;
   return type.startsWith("*") && !type.includes(".") ? `*${FAMILY_TYPE_PREFIX[family]}${type.slice(1)}` : type;
 }
 

@@ -158,7 +158,8 @@ void test("the DaemonSet asks for exactly the privileges it justifies", { skip: 
     assert.equal(m.readOnly === true, !WRITABLE_HOST_PATHS.includes(hostPath), `${m.name} (${hostPath}) read-only: ${!WRITABLE_HOST_PATHS.includes(hostPath)}`);
   }
   const emptyDirs = (pod.volumes ?? []).filter((v) => v.emptyDir).map((v) => v.name);
-  assert.deepEqual((c.volumeMounts ?? []).filter((m) => emptyDirs.includes(m.name)).map((m) => m.mountPath), ["/tmp"], "scratch space: /tmp only");
+  // Scratch space: /tmp (rendered programs), and where bcc finds the debug files naming the Go probe's points.
+  assert.deepEqual((c.volumeMounts ?? []).filter((m) => emptyDirs.includes(m.name)).map((m) => m.mountPath), ["/tmp", "/usr/lib/debug/.build-id"], "scratch space: /tmp and the debug files' directory only");
   const procMount = (c.volumeMounts ?? []).find((m) => hostVolumes.get(m.name) === "/proc");
   assert.equal(
     c.env?.find((e) => e.name === "LOSTWRITE_PROC_ROOT")?.value,

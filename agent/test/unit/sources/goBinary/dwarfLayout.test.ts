@@ -46,7 +46,7 @@ function xNetTypes(change: (structs: Record<string, Members>) => void = () => {}
     ...SOCKETS,
     "net/http.Request": { Method: [0], URL: [16, "*net/url.URL"] },
     "net/url.URL": { Path: [56] },
-    [`${P}clientStream`]: { cc: [0] },
+    [`${P}clientStream`]: { cc: [0, `*${P}ClientConn`], ID: [40, "uint32"] },
     [`${P}ClientConn`]: { tconn: [8] },
     [`${P}clientConnReadLoop`]: { cc: [0] },
     [`${P}MetaHeadersFrame`]: { HeadersFrame: [0, `*${P}HeadersFrame`], Fields: [8, "[]hpack.HeaderField"] },
@@ -59,13 +59,12 @@ function xNetTypes(change: (structs: Record<string, Members>) => void = () => {}
   };
   change(structs);
   return typesOf(structs, {
-    [X.writeRequest]: [`*${P}clientStream`, "*net/http.Request"],
-    [X.writeHeaders]: [`*${P}ClientConn`, "uint32"],
+    [X.encodeAndWriteHeaders]: [`*${P}clientStream`, "*net/http.Request"],
     [X.processHeaders]: [`*${P}clientConnReadLoop`, `*${P}MetaHeadersFrame`],
     [X.processResetStream]: [`*${P}clientConnReadLoop`, `*${P}RSTStreamFrame`],
     [X.processGoAway]: [`*${P}clientConnReadLoop`, `*${P}GoAwayFrame`],
     [X.cleanup]: [`*${P}clientConnReadLoop`, "uint32"],
-    [X.abortStream]: [`*${P}clientStream`, "uint32"],
+    [X.writeStreamReset]: [`*${P}ClientConn`, "uint32"],
   });
 }
 
@@ -96,6 +95,6 @@ void describe("layoutFromDwarf", { timeout: 10_000 }, () => {
   });
 
   it("refuses a family whose probed function is not in the DWARF", () => {
-    assert.match(layoutFromDwarf(xNetTypes(), "internal") as string, /^its internal HTTP\/2 client's DWARF: net\/http\/internal\/http2\.\(\*clientStream\)\.writeRequest: no parameters/);
+    assert.match(layoutFromDwarf(xNetTypes(), "internal") as string, /^its internal HTTP\/2 client's DWARF: net\/http\/internal\/http2\.\(\*clientStream\)\.encodeAndWriteHeaders: no parameters/);
   });
 });

@@ -141,8 +141,16 @@ describe("inspectGoBinary on Go programs built here", { timeout: 240_000, skip: 
       assert.deepEqual(entriesOf(b), entriesOf(a), `${plain} vs ${stripped}`);
       assert.equal(a.pclntabFoundBy, "section");
       assert.equal(b.pclntabFoundBy, "section");
-      // bpftrace refuses an address inside a function it can name: with symbols, the entry.
+      // bpftrace refuses an address inside a function it can name: with symbols, the entry
+      // (unless the agent names the jumps in a debug file, by the build id: probeSymbolFile.ts).
       assert.deepEqual([a.probePlacement, b.probePlacement], ["entry", "stack check branch"]);
+      assert.match(a.buildId ?? "", /^[0-9a-f]{40}$/, "Go 1.24+ writes a GNU build id");
+      for (const f of a.families) {
+        for (const fn of HTTP2_FUNCTIONS) {
+          const probed = family(b, f.name).functions[fn];
+          assert.equal(f.functions[fn].branchVaddr, probed.vaddr + probed.probeOffset - probed.fileOffset, `${f.name} ${fn}: the jump the stripped build is probed at`);
+        }
+      }
       assertOffsetsHitCode(bin[plain], a);
       assertOffsetsHitCode(bin[stripped], b);
       // The same layout either way: read from the DWARF -s -w removes, and from the verified table.
@@ -181,9 +189,9 @@ describe("inspectGoBinary on Go programs built here", { timeout: 240_000, skip: 
     assert.equal(pie.goVersion, toolchain);
     assertOffsetsHitCode(bin.stdPie, pie);
     // A PIE build is linked at other addresses: compare the code, not the numbers.
-    const writeHeaders = family(pie, "std").functions.writeHeaders;
-    assert.notEqual(writeHeaders.vaddr, 0);
-    assert.ok(nm.has(writeHeaders.symbol));
+    const encodeAndWriteHeaders = family(pie, "std").functions.encodeAndWriteHeaders;
+    assert.notEqual(encodeAndWriteHeaders.vaddr, 0);
+    assert.ok(nm.has(encodeAndWriteHeaders.symbol));
   });
 
   it("finds the pclntab and the build info by scanning the segments when section headers are gone", async () => {
@@ -191,7 +199,9 @@ describe("inspectGoBinary on Go programs built here", { timeout: 240_000, skip: 
       const withSections = inspected(await inspectGoBinary(bin[key]));
       const scanned = inspected(await inspectWithoutSections(bin[key]));
       assert.equal(scanned.pclntabFoundBy, "scan", key);
-      assert.deepEqual({ ...scanned, pclntabFoundBy: "section" }, withSections, key);
+      // The build id is found by its section, as bcc finds it: without section headers, no debug file names probe points.
+      assert.equal(scanned.buildId, null, key);
+      assert.deepEqual({ ...scanned, pclntabFoundBy: "section", buildId: withSections.buildId }, withSections, key);
     }
   });
 

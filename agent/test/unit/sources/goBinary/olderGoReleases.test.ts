@@ -20,7 +20,7 @@ const XNET_FUNCTIONS: SyntheticFunction[] = HTTP2_FUNCTIONS.map((fn, i) => ({ na
 const MAIN: SyntheticFunction = { name: "main.main", at: 0x40 };
 // A fork vendored under another path: its name ends in a wanted name and comes
 // first in the name table; the wanted function must still be the one found.
-const DECOY: SyntheticFunction = { name: `example.com/fork/${XNET.writeHeaders}`, at: 0x20 };
+const DECOY: SyntheticFunction = { name: `example.com/fork/${XNET.encodeAndWriteHeaders}`, at: 0x20 };
 const MODULES = ["path\texample.com/operator", "mod\texample.com/operator\t(devel)\t", "dep\tgolang.org/x/net\tv0.0.0-20210805182204-aaa1db679c0d\th1:abc="];
 /** A release and x/net of a verified layout, claimed by files whose point is how their table is read. */
 const VERIFIED_MODULES = ["path\texample.com/operator", "mod\texample.com/operator\t(devel)\t", "dep\tgolang.org/x/net\tv0.7.0\th1:abc="];
@@ -61,6 +61,7 @@ describe("inspectGoBinary on Go releases before 1.18", () => {
         fileOffset: syntheticFileOffset(expected),
         // No symbols, but no JLS after the synthetic stack check either: probed at the entry.
         probeOffset: syntheticFileOffset(expected),
+        branchVaddr: null,
       });
     }
   });
@@ -81,9 +82,9 @@ describe("inspectGoBinary on Go releases before 1.18", () => {
   });
 
   it("reports a family with a function missing as an unknown layout, naming what is missing", async () => {
-    const functions = XNET_FUNCTIONS.filter((fn) => fn.name !== XNET.abortStream);
+    const functions = XNET_FUNCTIONS.filter((fn) => fn.name !== XNET.writeStreamReset);
     const report = await inspect({ magic: "go1.16", goVersion: "go1.17.1", functions: [MAIN, ...functions] });
-    assert.equal(reason(report), "HTTP/2 client of an unknown layout: x/net lacks abortStream");
+    assert.equal(reason(report), "HTTP/2 client of an unknown layout: x/net lacks writeStreamReset");
   });
 
   it("refuses an entry whose bytes are not a Go function's start", async () => {

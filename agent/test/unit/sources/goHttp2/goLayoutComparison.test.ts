@@ -16,13 +16,12 @@ function xnetFamily(overrides: Partial<LayoutFamily> = {}): LayoutFamily {
     functions: Object.fromEntries(PROBED_ROLES.map((role) => [role, `${X}(*T).${role}`])),
     absent: [],
     signatures: {
-      writeRequest: [{ name: "cs", type: `*${X}clientStream` }, { name: "req", type: "*net/http.Request" }, { name: "streamf", type: "func()" }],
-      writeHeaders: [{ name: "cc", type: `*${X}ClientConn` }, { name: "streamID", type: "uint32" }],
+      encodeAndWriteHeaders: [{ name: "cs", type: `*${X}clientStream` }, { name: "req", type: "*net/http.Request" }],
       processHeaders: [rl, { name: "f", type: `*${X}MetaHeadersFrame` }],
       processResetStream: [rl, { name: "f", type: `*${X}RSTStreamFrame` }],
       processGoAway: [rl, { name: "f", type: `*${X}GoAwayFrame` }],
       cleanup: [rl],
-      abortStream: [{ name: "cs", type: `*${X}clientStream` }, { name: "err", type: "error" }],
+      writeStreamReset: [{ name: "cc", type: `*${X}ClientConn` }, { name: "streamID", type: "uint32" }, { name: "code", type: `${X}ErrCode` }, { name: "err", type: "error" }],
     },
     sizes: { ClientConn: 432 },
     offsets: { "request.URL": 16, "clientStream.cc": 0 },
@@ -55,9 +54,9 @@ describe("go-layout reports against the probe's reads", { timeout: 10_000 }, () 
 
   it("an argument of another type where the probe reads it is a difference", () => {
     const family = xnetFamily();
-    family.signatures.writeRequest = [{ name: "cs", type: `*${X}clientStream` }, { name: "req", type: `*${X}ClientRequest` }];
+    family.signatures.encodeAndWriteHeaders = [{ name: "cs", type: `*${X}clientStream` }, { name: "req", type: `*${X}ClientRequest` }];
     assert.deepEqual(differencesFromProbe(report({ "x/net": family }), PROBE), [
-      `x/net writeRequest: argument 2 read as *net/http.Request, binary has *${X}ClientRequest`,
+      `x/net encodeAndWriteHeaders: argument 2 read as *net/http.Request, binary has *${X}ClientRequest`,
     ]);
   });
 

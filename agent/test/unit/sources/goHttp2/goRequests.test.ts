@@ -42,7 +42,7 @@ const headers = (ts: bigint, streamId: number, status: number): GoRecord => ({
   type: "go_headers", ts, pid: PID, conn: CONN, streamId, name: ":status", value: String(status),
 });
 const closed = (ts: bigint, state: number): GoRecord => ({ type: "go_conn_closed", ts, pid: PID, conn: CONN, state, port: 443, addr: "10.96.0.1" });
-const abort = (ts: bigint, streamId: number): GoRecord => ({ type: "go_abort", ts, pid: PID, tid: PID, conn: CONN, stream: 0xc0000f0000n + BigInt(streamId) });
+const abort = (ts: bigint, streamId: number): GoRecord => ({ type: "go_abort", ts, pid: PID, tid: PID, conn: CONN, streamId, code: 8 }); // CANCEL
 
 const identity: ProcessIdentity = { pid: PID, tid: PID, process: "manager", namespace: "", pod: "", container: "", controller: "" };
 function socketLoss(ts: bigint, cause: SocketEvent["cause"], apiserver = "10.96.0.1:443", unansweredForMs = 1): SocketEvent {

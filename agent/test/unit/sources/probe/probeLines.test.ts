@@ -12,6 +12,7 @@ import { parseProbeLine } from "../../../../src/sources/probe/probeOutput.ts";
 import { HTTP2_LAYOUTS } from "../../../../src/sources/goBinary/http2Layouts.ts";
 import { HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2Function } from "../../../../src/sources/goBinary/http2Families.ts";
 import { renderGoProgram } from "../../../../src/sources/goHttp2/goProbeProgram.ts";
+import { probeSymbolName } from "../../../../src/sources/goBinary/probeSymbolFile.ts";
 import { renderTlsProgram, TLS_ANSWER_MIN_BYTES } from "../../../../src/sources/tls/tlsProbeProgram.ts";
 import { repoPath } from "../../../repoPath.ts";
 
@@ -59,7 +60,7 @@ type Expected =
   | { type: "go_reset"; ts: bigint; pid: number; conn: bigint; streamId: number; code: number }
   | { type: "go_goaway"; ts: bigint; pid: number; conn: bigint; lastStreamId: number; code: number }
   | { type: "go_conn_closed"; ts: bigint; pid: number; conn: bigint; state: number; port: number; addr: string }
-  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint }
+  | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; streamId: number; code: number }
   | { type: "tls_close"; ts: bigint; pid: number; sk: bigint; unansweredBytes: number; waitedNs: bigint; peerClosed: boolean };
 type Flat<T> = T extends unknown ? { [K in keyof T]: T[K] } : never;
 type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
@@ -171,14 +172,26 @@ void describe("the printf line table", () => {
 const TLS_TEMPLATE = "tls_answers.bt";
 const renderedTls = (): string => renderTlsProgram({ library: "/proc/1/fd/3", programId: 0, pids: [42], execWatch: false });
 
+/** The Go program's template, likewise: every function's section rendered for every family, at offsets past the entry as in a binary without symbols. */
+const GO_TEMPLATE = "go_http2.bt";
+const goLocation = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4, branchVaddr: 0x400000 + at + 4 });
+const goFamilies = HTTP2_FAMILY_NAMES.map((name, f) => ({
+  name,
+  layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
+  functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, goLocation(HTTP2_SYMBOLS[name][fn], 0x1000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof goLocation>>,
+}));
+const renderedGo = (): string => renderGoProgram({ binary: "/proc/9/fd/12", families: goFamilies, programId: 3, pids: [42, 7], execWatch: true });
+
 for (const probe of PROBES) {
   const kinds =
     probe.name === TLS_TEMPLATE
       ? (Object.keys(PROBE_FAMILIES.tls) as PrintfKind[])
-      : probe.name === "apiserver_sockets.bt"
-        ? SOCKET_KINDS
-        : SOCKET_KINDS.filter((kind) => !SOCKETS_VARIANT_ONLY.includes(kind));
-  const program = probe.name === TLS_TEMPLATE ? renderedTls() : probe.text;
+      : probe.name === GO_TEMPLATE
+        ? (Object.keys(PROBE_FAMILIES.goHttp2) as PrintfKind[])
+        : probe.name === "apiserver_sockets.bt"
+          ? SOCKET_KINDS
+          : SOCKET_KINDS.filter((kind) => !SOCKETS_VARIANT_ONLY.includes(kind));
+  const program = probe.name === TLS_TEMPLATE ? renderedTls() : probe.name === GO_TEMPLATE ? renderedGo() : probe.text;
   void describe(`probes/${probe.name}`, () => {
     void it("prints every kind of the table, each printf with one conversion per field in the table's order and type", () => {
       assert.deepEqual(printfProblems(probe.name, program, kinds), []);
@@ -207,13 +220,8 @@ for (const probe of PROBES) {
 void describe("the generated Go HTTP/2 program", () => {
   const GO_KINDS = Object.keys(PROBE_FAMILIES.goHttp2) as PrintfKind[];
   // Probed past the entry, as in a binary without symbols: the program must use the probe offset.
-  const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4 });
-  const families = HTTP2_FAMILY_NAMES.map((name, f) => ({
-    name,
-    layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
-    functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, location(HTTP2_SYMBOLS[name][fn], 0x1000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof location>>,
-  }));
-  const text = renderGoProgram({ binary: "/proc/9/fd/12", families, programId: 3, pids: [42, 7], execWatch: true });
+  const families = goFamilies;
+  const text = renderedGo();
 
   void it("prints every kind of the Go family, each printf with the table's fields", () => {
     assert.deepEqual(printfProblems("go-http2", text, GO_KINDS), []);
@@ -238,7 +246,7 @@ void describe("the generated Go HTTP/2 program", () => {
 
   void it("in a binary with a symbol table, attaches at each function's address, which bpftrace looks up there", () => {
     // At entries, as in a binary with symbols, and past 0x401000: a file offset bpftrace would take for an address in another function.
-    const atEntry = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at });
+    const atEntry = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at, branchVaddr: 0x400000 + at + 4 });
     const large = HTTP2_FAMILY_NAMES.map((name, f) => ({
       name,
       layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
@@ -247,6 +255,16 @@ void describe("the generated Go HTTP/2 program", () => {
     const withSymbols = renderGoProgram({ binary: "/proc/9/fd/12", families: large, probePlacement: "entry", programId: 3, pids: [42], execWatch: false });
     const attached = [...withSymbols.matchAll(/^uprobe:\S+:0x([0-9a-f]+) /gm)].map((m) => parseInt(m[1]!, 16));
     assert.deepEqual(attached, large.flatMap((f) => HTTP2_FUNCTIONS.map((fn) => f.functions[fn].vaddr)));
+  });
+
+  void it("with the jumps named in a debug file, attaches by those names, and at the address where a function has no jump", () => {
+    const named = goFamilies.map((family) => ({ ...family, functions: { ...family.functions, cleanup: { ...family.functions.cleanup, branchVaddr: null } } }));
+    const program = renderGoProgram({ binary: "/proc/9/fd/12", families: named, probePlacement: "named branch", programId: 3, pids: [42], execWatch: false });
+    const attached = [...program.matchAll(/^uprobe:\S+:(\S+) /gm)].map((m) => m[1]!);
+    assert.deepEqual(
+      attached,
+      named.flatMap((f) => HTTP2_FUNCTIONS.map((fn) => (fn === "cleanup" ? `0x${f.functions.cleanup.vaddr.toString(16)}` : probeSymbolName(f.name, fn)))),
+    );
   });
 
   void it("keys what it keeps between probes by pid too: two processes of one binary share heap addresses", () => {

@@ -16,7 +16,7 @@ import { repoPath } from "../../../repoPath.ts";
 const fixture = (name: string): string => readFileSync(repoPath(`agent/test/fixtures/programs/${name}`), "utf8");
 
 // Probed past the entry, as in a binary without symbols.
-const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4 });
+const location = (symbol: string, at: number) => ({ symbol, vaddr: 0x400000 + at, fileOffset: at, probeOffset: at + 4, branchVaddr: 0x400000 + at + 4 });
 const families = HTTP2_FAMILY_NAMES.map((name, f) => ({
   name,
   layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,

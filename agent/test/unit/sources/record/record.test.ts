@@ -47,7 +47,7 @@ const SESSION_RECORDS: DataRecord[] = [
     line: '{"type": "printf", "data": "close 8150023470311 3331 3331 104 1 2 0 0 0 6443 127.0.0.1 18446612685456223808 python3\\n"}',
   },
   { kind: "goAttached", t: 8151000000002n, pid: 4242, attached: true, since: 8150900000000n },
-  { kind: "goProbe", t: 8151000000003n, line: '{"type": "printf", "data": "go_abort 8151000000000 4242 4243 824635023360 824634818560\\n"}' },
+  { kind: "goProbe", t: 8151000000003n, line: '{"type": "printf", "data": "go_abort 8151000000000 4242 4243 824635023360 3 8\\n"}' },
   { kind: "tlsAttached", t: 8151000000004n, pid: 3331, attached: true },
   { kind: "tlsProbe", t: 8151000000005n, line: '{"type": "printf", "data": "tls_close 8151000000004 3331 18446612685456223808 504 1250000 0\\n"}' },
   { kind: "target", t: 8151000000006n, pid: 3331, process: "python3", added: true },
