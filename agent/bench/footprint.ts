@@ -47,6 +47,7 @@ import { freeLoopbackPort } from "../src/loopbackPort.ts";
 import { cpuSeconds, descendants, liveComm, sleep } from "./agentRun.ts";
 import { bpfFdInfo } from "./bpfProgramStats.ts";
 import { median } from "./costTable.ts";
+import { buildMixBinaries, MIX_TARGET_COMM, mixSteps, startMixApiserver, waitForMetric } from "./footprintMix.ts";
 import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 import { textTable } from "./textTable.ts";
 import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
@@ -79,6 +80,10 @@ interface Options {
   variants: string[];
   snapshot: boolean;
   floor: boolean;
+  /** The one-target run per probe variant instead of the mix. */
+  single: boolean;
+  /** The mix's write interval, seconds. */
+  interval: number;
 }
 
 function options(): Options {
@@ -91,6 +96,8 @@ function options(): Options {
       variants: { type: "string" },
       "no-snapshot": { type: "boolean" },
       "no-floor": { type: "boolean" },
+      single: { type: "boolean" },
+      interval: { type: "string" },
       help: { type: "boolean" },
     },
     strict: true,
@@ -115,6 +122,8 @@ function options(): Options {
     variants,
     snapshot: !values["no-snapshot"],
     floor: !values["no-floor"],
+    single: values.single ?? false,
+    interval: number("interval", values.interval, 2, 0.1),
   };
 }
 
@@ -183,13 +192,13 @@ interface Agent {
   stop(): Promise<void>;
 }
 
-async function startAgent(variant: string, targetPid: number, apiserver: string, dir: string, snapshot: boolean): Promise<Agent> {
+async function startAgent(variant: string, targets: string[], apiserver: string, dir: string, snapshot: boolean): Promise<Agent> {
   const [port, otlpPort, grpcPort] = [await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort()];
   const child = spawn(
     process.execPath,
     [
       CLI, "agent",
-      "--target-pid", String(targetPid),
+      ...targets,
       "--apiserver", apiserver,
       // deploy/base/daemonset.yaml's listeners (there on 0.0.0.0), here on loopback.
       "--listen", `127.0.0.1:${port}`,
@@ -276,7 +285,7 @@ function keepSending(loop: SendLoop, perSecond: number): () => Promise<void> {
 }
 
 async function measureVariant(variant: string, opts: Options, target: SendLoop, apiserver: string, dir: string): Promise<Row[]> {
-  const agent = await startAgent(variant, target.process.pid, apiserver, dir, opts.snapshot);
+  const agent = await startAgent(variant, ["--target-pid", String(target.process.pid)], apiserver, dir, opts.snapshot);
   const stopSending = keepSending(target, opts.sends);
   try {
     process.stderr.write(`${variant}: ready; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
@@ -298,6 +307,80 @@ async function measureVariant(variant: string, opts: Options, target: SendLoop, 
     await stopSending();
     await agent.stop();
   }
+}
+
+/** What the agent holds after each step of the mix: the socket probe alone, then each process added. */
+interface MixResult {
+  step: string;
+  /** Seconds from the process's start to its program counted as attached (a file's program compiled and attached). */
+  attachSeconds: number | null;
+  rows: Row[];
+}
+
+async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
+  process.stderr.write("mix: building the Go operators\n");
+  const binaries = await buildMixBinaries(dir);
+  const intervalMs = opts.interval * 1000;
+  const server = await startMixApiserver(dir, intervalMs);
+  const children: ChildProcess[] = [];
+  const results: MixResult[] = [];
+  let agent: Agent | null = null;
+  try {
+    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM], `127.0.0.1:${server.api.port}`, dir, opts.snapshot);
+    const measure = async (step: string, attachSeconds: number | null): Promise<void> => {
+      process.stderr.write(`mix: ${step}; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
+      await sleep(opts.settle * 1000);
+      const node = agent!.child.pid!;
+      const bpftrace = descendants(node).filter((pid) => liveComm(pid) === "bpftrace");
+      const rows = await sampleProcesses([{ name: "node (agent)", pid: node }, ...bpftrace.map((pid) => ({ name: `bpftrace ${probeKind(pid)}`, pid }))], opts);
+      results.push({ step, attachSeconds, rows });
+    };
+    await measure("socket probe alone", null);
+    for (const step of mixSteps(binaries)) {
+      const started = Date.now();
+      children.push(step.start(server.api, intervalMs));
+      await waitForMetric(agent.url, step.attached.metric, step.attached.value, 120_000);
+      await measure(step.name, (Date.now() - started) / 1000);
+    }
+    agent.child.kill("SIGUSR2");
+    const report = path.join(dir, "sockets.json");
+    const deadline = Date.now() + 120_000;
+    while (!existsSync(report) && Date.now() < deadline) await sleep(200);
+    await sleep(500); // the file is written in one call; let it land
+    return results;
+  } finally {
+    for (const child of children) child.kill("SIGKILL");
+    await agent?.stop();
+    await server.stop();
+  }
+}
+
+function printMix(results: MixResult[], floor: Row[] | null): void {
+  const sum = (rows: Row[], f: (r: Row) => number): number => rows.reduce((s, r) => s + f(r), 0);
+  const bpftrace = (rows: Row[]): Row[] => rows.filter((r) => r.name.startsWith("bpftrace"));
+  const node = (rows: Row[]): Row[] => rows.filter((r) => !r.name.startsWith("bpftrace"));
+  console.log("\n== the mix, step by step: PSS (smaps_rollup; shared pages split between the processes sharing them) ==");
+  const lines = results.map((r, i) => {
+    const total = sum(r.rows, (x) => x.memory.pss);
+    const before = i === 0 ? NaN : sum(results[i - 1]!.rows, (x) => x.memory.pss);
+    return [
+      r.step,
+      String(bpftrace(r.rows).length),
+      mib(sum(node(r.rows), (x) => x.memory.pss)),
+      mib(sum(bpftrace(r.rows), (x) => x.memory.pss)),
+      mib(total),
+      i === 0 ? "" : `${total >= before ? "+" : ""}${mib(total - before)}`,
+      mib(sum(r.rows, (x) => x.memory.anon)),
+      mib(sum(r.rows, (x) => x.maps)),
+      mib(sum(r.rows, (x) => x.peak)),
+      r.attachSeconds === null ? "" : r.attachSeconds.toFixed(1),
+    ];
+  });
+  if (floor) {
+    lines.push(["floor: idle Node + empty bpftrace", String(bpftrace(floor).length), mib(sum(node(floor), (x) => x.memory.pss)), mib(sum(bpftrace(floor), (x) => x.memory.pss)), mib(sum(floor, (x) => x.memory.pss)), "", mib(sum(floor, (x) => x.memory.anon)), mib(sum(floor, (x) => x.maps)), mib(sum(floor, (x) => x.peak)), ""]);
+  }
+  console.log(textTable(["step", "bpftrace", "node PSS", "bpftrace PSS", "total PSS", "added", "anon", "BPF maps", "peak RSS", "attached in s"], lines));
+  console.log("(MiB; BPF maps: kernel memory outside PSS that the cgroup is also charged; attached in: from the process's start to its program counted attached)");
 }
 
 /**
@@ -368,11 +451,16 @@ async function sampleProcesses(processes: { name: string; pid: number }[], opts:
   });
 }
 
-/** "(main)" or "(go PID)": which probe a bpftrace runs, from its command line. */
+/** Which program a bpftrace runs, from the first line of the program file on its command line. */
 function probeKind(pid: number): string {
   try {
-    const args = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    return /go/i.test(path.basename(args.split("\0").find((a) => a.endsWith(".bt")) ?? "")) ? "(go probe)" : "(main probe)";
+    const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    const file = args.find((a) => a.endsWith(".bt"));
+    const first = file === undefined ? "" : readFileSync(file, "utf8").split("\n", 1)[0]!;
+    if (/one Go binary/.test(first)) return "(go probe)";
+    if (/one OpenSSL/.test(first)) return "(tls probe)";
+    if (/uprobe programs/.test(first)) return "(uprobe programs)";
+    return "(socket probe)";
   } catch {
     return "";
   }
@@ -529,6 +617,15 @@ async function main(): Promise<void> {
     const apiserver = `127.0.0.1:${server.port}`;
     console.log(`lostwrite footprint: ${CLI.replace(`${repoRoot}/`, "")}, Node ${process.version}, NODE_OPTIONS=${IMAGE_NODE_OPTIONS}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, kernel ${os.release()}, ${os.availableParallelism()} CPUs`);
     console.log(`target pid ${target.process.pid} -> apiserver ${apiserver}; listeners: /metrics, OTLP/HTTP, OTLP/gRPC (as the DaemonSet); no --kubernetes`);
+    if (!opts.single) {
+      const mix = await measureMix(opts, dir);
+      const floor = opts.floor ? await measureFloor(opts) : null;
+      for (const { step, rows } of mix) printRows(`the mix: ${step}`, rows, opts);
+      if (floor) printRows("floor: an idle Node and an empty bpftrace program, what no agent can go below", floor, opts);
+      printMix(mix, floor);
+      printHeap("sockets", dir);
+      return;
+    }
     const results: [string, Row[]][] = [];
     for (const variant of opts.variants) results.push([variant, await measureVariant(variant, opts, target, apiserver, dir)]);
     const floor = opts.floor ? await measureFloor(opts) : null;
