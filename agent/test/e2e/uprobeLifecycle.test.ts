@@ -11,7 +11,7 @@
 // program may restart because processes come and go.
 import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { mkdtempSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -49,10 +49,14 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
     const go = goUnavailable();
     if (go !== null) throw new Error(`e2e test cannot run: ${go}`);
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-lifecycle-"));
-    operatorBinary = await buildGoOperator(dir, { stripped: true });
+    // Under a name of the test's own (its comm, lwt-go-operator): a go-operator
+    // of another test on the machine is then no target here, and no program
+    // of its binary is taken for this one's.
+    operatorBinary = path.join(dir, "lwt-go-operator");
+    renameSync(await buildGoOperator(dir, { stripped: true }), operatorBinary);
     api = await startApiserver({ dir });
     agent = await startAgentProcess([
-      "--target-comm", "^(go-operator|kubectl|lwt-)",
+      "--target-comm", "^(kubectl|lwt-)",
       "--apiserver", `127.0.0.1:${api.port}`,
       "--correlation-window", "500ms",
       "--span-grace", "0s",
@@ -142,7 +146,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
     }
     assert.ok(elapsedS <= 65, `${CYCLES} processes in about a minute: ${elapsedS} s`);
     assert.equal(await agent.metric("lostwrite_go_probe_restarts_total"), restartsBefore, "no Go program restarted");
-    assert.equal(attachedFor("Go probe", /^go-operator$/).length, 1, `one program for the binary, attached once:\n${linesOf("Go probe")}`);
+    assert.equal(attachedFor("Go probe", /^lwt-go-operator$/).length, 1, `one program for the binary, attached once:\n${linesOf("Go probe")}`);
     assert.ok(!agentLog.some((line) => line.msg === "Go probe detached"), "and never detached");
   });
 
