@@ -6,7 +6,8 @@
 // produces it in production — another writer of the same status, the CRD's
 // schema, a connection destroyed in the kernel, the apiserver killed — and
 // must be reported exactly once, by its cause, its request (a status write,
-// its path and object) and whether the operator noticed, from its spans.
+// its path and object) and whether the operator noticed, from its spans —
+// or not at all, where the write was retried and answered.
 //
 // A holding webhook (testbed/controlplane/holdingWebhook.ts) keeps the one
 // write a fault is aimed at in flight inside the apiserver until the fault is
@@ -14,9 +15,11 @@
 //
 // Two operators share the binary: `careful` returns a failed write's error
 // (controller-runtime requeues it), `silent` logs it and reports success.
+//
+// Needs nftables (`nft`) for the partition, as .ci/run installs it.
 import assert from "node:assert/strict";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -27,7 +30,9 @@ import { WIDGET_GROUP, WIDGET_VERSION } from "../../../testbed/controlplane/widg
 import { buildCrOperator } from "../../../testbed/cr-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
+import { parsePrintfFields, type PrintfRecordOf } from "../../src/sources/probe/probeLines.ts";
 import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startCrOperator, type CrOperator, type CrOperatorMode } from "./support/crOperator.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
@@ -36,21 +41,34 @@ const CORRELATION_WINDOW = "2s";
 /** Past the correlation window: a second event of the same loss (an echo) would have come by now, and must not. */
 const SETTLE_MS = 3000;
 const OPERATOR_USER = "cr-operator";
+/**
+ * client-go's HTTP/2 health check, as a real operator tunes it: k8s.io/apimachinery's
+ * util/net (v0.37, SetTransportDefaults) sets x/net's ReadIdleTimeout from
+ * HTTP2_READ_IDLE_TIMEOUT_SECONDS (default 30) and PingTimeout from
+ * HTTP2_PING_TIMEOUT_SECONDS (default 15), read from the process's environment
+ * (a Deployment's `env`); neither controller-runtime nor rest.Config has a
+ * setting of its own. The careful operator runs with shorter ones, so that a
+ * partitioned connection is given up in at most 10 s instead of 45.
+ */
+const HEALTH_CHECK_ENV = { HTTP2_READ_IDLE_TIMEOUT_SECONDS: "5", HTTP2_PING_TIMEOUT_SECONDS: "5" };
+/** Widgets with this label get the slow webhook too (its object selector). */
+const SLOW_WEBHOOK_LABEL = { "demo.lostwrite.dev/admission": "slow" };
+const SLOW_WEBHOOK = "slow.widgets.demo.lostwrite.dev";
+/** HTTP/2 GOAWAY error codes (RFC 9113 §7) the test names. */
+const H2_ERROR_NAMES: Record<number, string> = { 0: "NO_ERROR", 1: "PROTOCOL_ERROR", 2: "INTERNAL_ERROR" };
 
+/** Copies a file out of the test's directory (removed at the end) for CP_E2E_DEBUG. */
+function copyKept(file: string): string {
+  const kept = path.join(os.tmpdir(), `lostwrite-realcp-${process.pid}-${path.basename(file)}`);
+  copyFileSync(file, kept);
+  return kept;
+}
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const widgetsPath = (namespace: string): string => `/apis/${WIDGET_GROUP}/${WIDGET_VERSION}/namespaces/${namespace}/widgets`;
 const statusPathOf = (namespace: string, name: string): string => `${widgetsPath(namespace)}/${name}/status`;
 
-type Mode = "careful" | "silent";
-
-interface Operator {
-  mode: Mode;
-  child: ChildProcess;
-  pid: number;
-  namespace: string;
-  stderr: string[];
-  stop(): Promise<void>;
-}
+type Mode = CrOperatorMode;
+type Operator = CrOperator;
 
 interface Row {
   fault: string;
@@ -74,6 +92,10 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
   let agentLog: LogLine[];
   let operatorBinary: string;
   let kubeconfigPath: string;
+  let recording: string;
+  /** Undoes a partition still in place (a failed test): run by after() too. */
+  let heal: (() => void) | null = null;
+  let goProbeRestartsBefore: number;
   const operators = {} as Record<Mode, Operator>;
   const rows: Row[] = [];
 
@@ -91,19 +113,24 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     webhook = await startHoldingWebhook(cp);
     await webhook.install(cp);
     ({ kubeconfigPath } = await cp.kubeconfigFor(OPERATOR_USER));
+    // The probe lines, kept to read what the Go probe saw of a GOAWAY (its last stream id and error code).
+    recording = path.join(dir, "agent.jsonl");
     agent = await startAgentProcess([
       // cr-operator-symbols: its comm is "cr-operator-sym".
       "--target-comm", "^cr-operator",
       "--apiserver", `127.0.0.1:${cp.port}`,
       "--correlation-window", CORRELATION_WINDOW,
       "--span-grace", "0s",
+      "--record", recording,
     ]);
     agentLog = followLog(agent.child);
     operators.careful = await startOperator("careful");
     operators.silent = await startOperator("silent");
+    goProbeRestartsBefore = await agent.metric("lostwrite_go_probe_restarts_total");
   });
 
   after(async () => {
+    heal?.();
     for (const op of Object.values(operators)) {
       rows.push({ fault: `no fault: the ${op.mode} operator's first write`, expected: "no event", detected: describeEvents(eventsFor(statusPathOf(op.namespace, "answered"))) });
     }
@@ -113,6 +140,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     if (process.env.CP_E2E_DEBUG) {
       console.error(agent?.stderr.filter((l) => !l.includes("boundary")).join("\n"), JSON.stringify(agent?.events, null, 1));
       for (const op of Object.values(operators)) console.error(`${op.mode} operator:\n${op.stderr.join("")}`);
+      if (recording) console.error(`the agent's recording, kept: ${copyKept(recording)}`);
     }
     for (const op of Object.values(operators)) await op.stop().catch((error: unknown) => console.error(String(error)));
     await agent?.stop();
@@ -124,38 +152,18 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
   async function startOperator(mode: Mode): Promise<Operator> {
     const namespace = `cp-${mode}`;
     await cp.ensureNamespace(namespace);
-    const child = spawn(operatorBinary, [
-      "--kubeconfig", kubeconfigPath, "--namespace", namespace, "--status-write", "update", ...(mode === "silent" ? ["--swallow"] : []),
-    ], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${agent.otlpPort}` } });
-    const pid = child.pid!;
-    let stdout = "";
-    const stderr: string[] = [];
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => stderr.push(chunk));
-    const stop = async (): Promise<void> => {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGKILL");
-        await new Promise((resolve) => child.once("exit", resolve));
-      }
-    };
-    try {
-      await waitFor(`the ${mode} operator [${pid}] to sync its cache`, () => stdout.includes('"ready":true') || child.exitCode !== null, 60_000);
-      assert.equal(child.exitCode, null, `the operator runs: ${stderr.join("")}`);
-      await waitFor(`the Go probe to follow the operator [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), 30_000);
-    } catch (error) {
-      await stop();
-      throw error;
-    }
-    const op: Operator = { mode, child, pid, namespace, stderr, stop };
+    const op = await startCrOperator({
+      binary: operatorBinary, kubeconfigPath, mode, namespace, otlpPort: agent.otlpPort, agentLog, env: mode === "careful" ? HEALTH_CHECK_ENV : {},
+    });
     // One answered status write before any fault, as the other operator e2e tests make (the table holds it: no event).
     await createWidget(op, "answered");
     await waitFor(`the ${mode} operator's first status write to land`, () => landed(op, "answered"), 20_000);
     return op;
   }
 
-  async function createWidget(op: Operator, name: string, spec: Record<string, unknown> = { size: 1 }): Promise<void> {
+  async function createWidget(op: Operator, name: string, spec: Record<string, unknown> = { size: 1 }, labels: Record<string, string> = {}): Promise<void> {
     const res = await cp.request("POST", widgetsPath(op.namespace), {
-      body: { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name }, spec },
+      body: { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name, labels }, spec },
     });
     assert.equal(res.status, 201, JSON.stringify(res.body));
   }
@@ -172,6 +180,18 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     events.length === 0
       ? "no event"
       : events.map((e) => `${e.cause}${e.request?.status_code ? ` ${e.request.status_code}` : ""} ${e.request?.method ?? "?"} …/${e.request?.object?.name ?? "?"}/status noticed=${e.noticed}${e.correlation === "span" ? " +span" : ""}`).join("; ");
+
+  /**
+   * The Go probe followed both operators throughout and never restarted: every
+   * verdict here is its own (by request), never the socket path's stand-in for
+   * a process it does not follow.
+   */
+  async function assertGoProbeFollowed(): Promise<void> {
+    assert.equal(await agent.metric("lostwrite_go_probe_restarts_total"), goProbeRestartsBefore, "no Go probe restart");
+    for (const op of Object.values(operators)) {
+      assert.ok(!loggedFor(agentLog, "Go probe no longer follows", op.pid), `the Go probe still follows the ${op.mode} operator [${op.pid}]`);
+    }
+  }
 
   /**
    * Waits for the loss of `name`'s status write, then past the correlation
@@ -192,6 +212,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     await sleep(SETTLE_MS); // the point: a second event of the same loss (an echo) would have come by now, and must not
     const events = eventsFor(statusPath);
     rows.at(-1)!.detected = describeEvents(events);
+    await assertGoProbeFollowed();
     assert.equal(events.length, 1, `one lost write, one event: ${JSON.stringify(events)}`);
     const event = events[0]!;
     assert.equal(event.cause, expected.cause, JSON.stringify(event));
@@ -205,6 +226,28 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     assert.equal(event.noticed, expected.noticed, op.mode === "silent" ? "the reconcile span says OK: a silent loss" : "the reconcile span says ERROR");
     assert.equal((await lossCount()) - lostBefore, 1, 'one more lostwrite_status_write_lost_total{request="status"}');
     return agent.events.slice(since).filter((e) => e !== event);
+  }
+
+  /** The Go probe's lines of `kind` for `pid`, as the agent recorded them (--record). */
+  function goLines<K extends "go_goaway" | "go_request" | "go_path">(kind: K, pid: number): PrintfRecordOf<K>[] {
+    const out: PrintfRecordOf<K>[] = [];
+    for (const text of readFileSync(recording, "utf8").split("\n")) {
+      if (!text.includes(`${kind} `)) continue;
+      const record = JSON.parse(text) as { kind: string; line: string };
+      if (record.kind !== "goProbe") continue;
+      const words = ((JSON.parse(record.line) as { data?: string }).data ?? "").trimEnd().split(" ");
+      if (words[0] !== kind) continue;
+      const parsed = parsePrintfFields(kind, words.slice(1)) as PrintfRecordOf<K> | null;
+      if (parsed !== null && parsed.pid === pid) out.push(parsed);
+    }
+    return out;
+  }
+
+  /** The HTTP/2 stream id the operator's write to `statusPath` was sent on (the latest such write), from the Go probe's lines. */
+  function streamIdOf(pid: number, statusPath: string): { conn: bigint; streamId: number } | undefined {
+    const streams = new Set(goLines("go_path", pid).filter((p) => p.offset === 0 && p.part.startsWith(statusPath)).map((p) => p.stream));
+    const request = goLines("go_request", pid).filter((r) => streams.has(r.stream)).at(-1);
+    return request && { conn: request.conn, streamId: request.streamId };
   }
 
   /** The operator's one connection to the apiserver, by its local port, from the kernel's socket table. */
@@ -248,6 +291,31 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     assert.equal(await statusOf(op, name), undefined, "the status was never written");
     assert.deepEqual(others, [], "nothing else was reported");
     // Deleted: every re-list (after the apiserver restarts, below) reconciles it again, and each write is a new 422.
+    assert.equal((await cp.request("DELETE", `${widgetsPath(op.namespace)}/${name}`)).status, 200);
+  });
+
+  it("a validating webhook times out on the status write (timeoutSeconds 1, failurePolicy Fail): the apiserver's 500 reported as a rejected write; swallowed, the status never lands", async () => {
+    // Why the real apiserver: the webhook call, its timeout and the error the apiserver answers in its place are the admission chain's own; the stand-in has no admission.
+    const op = operators.silent;
+    const name = "slow-admission";
+    await webhook.install(cp, { name: SLOW_WEBHOOK, timeoutSeconds: 1, objectSelector: { matchLabels: SLOW_WEBHOOK_LABEL } });
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER, webhook: SLOW_WEBHOOK });
+    try {
+      await createWidget(op, name, { size: 1 }, SLOW_WEBHOOK_LABEL);
+      await hold.arrived;
+      // The webhook never answers in time: after 1 s the apiserver gives up on it and, failing closed, answers the write itself.
+      const others = await oneLoss("validating webhook timed out (failurePolicy Fail)", op, name, { cause: "http_rejected", statusCode: 500, noticed: "no" }, since, lostBefore);
+      assert.deepEqual(others, [], "nothing else was reported: the connection lives on");
+    } finally {
+      hold.release();
+      await webhook.uninstall(cp, SLOW_WEBHOOK);
+    }
+    assert.equal(await statusOf(op, name), undefined, "the status was never written");
+    const logged = op.stderr.join("");
+    assert.ok(logged.includes("failed calling webhook") && logged.includes(SLOW_WEBHOOK), "the operator got the apiserver's error for the webhook it gave up on");
+    // Deleted: a later re-list would reconcile it again, and its write would land (the slow webhook is gone), as no loss but a confusing one.
     assert.equal((await cp.request("DELETE", `${widgetsPath(op.namespace)}/${name}`)).status, 200);
   });
 
@@ -295,6 +363,78 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     assert.deepEqual(others, [], "nothing else was reported");
   });
 
+  /** Whether any socket of the kernel's table (any state) has local port `port`. */
+  function socketExists(port: number): boolean {
+    return execFileSync("ss", ["-tanH", "sport", "=", `:${port}`], { encoding: "utf8" }).trim() !== "";
+  }
+
+  /**
+   * Cuts the operator's one connection off the apiserver: nftables drops, at
+   * the input hook, every packet between its local port and the apiserver's
+   * port, both ways, as a network that stopped carrying them. Nothing else
+   * on the machine has that port pair: its next connection (another local
+   * port) goes through.
+   */
+  function partition(op: Operator): { localPort: number; dropped(): number; heal(): void } {
+    const sockets = operatorSockets(op);
+    assert.equal(sockets.length, 1, `the operator has one connection to the apiserver: ${sockets.join(", ")}`);
+    const localPort = Number(sockets[0]!.split(":").at(-1));
+    const table = `lostwrite_partition_${process.pid}`;
+    const match = (from: number, to: number): string => `ip saddr 127.0.0.1 ip daddr 127.0.0.1 tcp sport ${from} tcp dport ${to} counter drop`;
+    execFileSync("nft", ["-f", "-"], {
+      input: `table inet ${table} {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t\t${match(localPort, cp.port)}\n\t\t${match(cp.port, localPort)}\n\t}\n}\n`,
+    });
+    let healed = false;
+    const cut = {
+      localPort,
+      dropped: (): number => {
+        const listed = JSON.parse(execFileSync("nft", ["-j", "list", "table", "inet", table], { encoding: "utf8" })) as { nftables: { rule?: { expr: { counter?: { packets: number } }[] } }[] };
+        return listed.nftables.flatMap((item) => item.rule?.expr ?? []).reduce((sum, expr) => sum + (expr.counter?.packets ?? 0), 0);
+      },
+      heal: (): void => {
+        if (healed) return;
+        healed = true;
+        heal = null;
+        execFileSync("nft", ["delete", "table", "inet", table]);
+      },
+    };
+    heal = cut.heal;
+    return cut;
+  }
+
+  it("a network partition: every packet of the operator's connection dropped (nftables) with a status write in flight, until client-go's HTTP/2 health check gives up on it; the requeued write lands", async () => {
+    // Why the real apiserver: the write is inside the real apiserver when the network goes, and the PING client-go's health check sends unanswered is to the real apiserver's HTTP/2 server.
+    const op = operators.careful;
+    const name = "partitioned";
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER });
+    await createWidget(op, name);
+    await hold.arrived;
+    const cut = partition(op);
+    let others: LossEvent[];
+    let dropped: number;
+    try {
+      // The write stays held until the connection is given up (no answer could have crossed the partition anyway); the
+      // requeued write goes on a new connection, which the partition does not cut. The health check gives up after
+      // ReadIdleTimeout (5 s without a frame read: then a PING) plus PingTimeout (5 s without its ACK).
+      others = await oneLoss("network partition (nftables), health check gave up", op, name, { cause: "connection_closed_unanswered", noticed: "yes" }, since, lostBefore);
+      dropped = cut.dropped();
+    } finally {
+      cut.heal();
+      hold.release();
+    }
+    assert.ok(dropped > 0, "the partition dropped packets (the health check's PING among them)");
+    assert.match(op.stderr.join(""), /client connection lost/, "the operator's write failed with x/net's lost-PING error");
+    // Go closed its socket, whose FIN (and PING) the kernel retransmits into the partition: healed, the connection
+    // ends for good (the apiserver's retransmission meets a closed socket). Waited for, so that whatever the agent
+    // makes of its end has come before the check below.
+    await waitFor("the partitioned connection to leave the kernel's socket table", () => !socketExists(cut.localPort), 60_000);
+    await waitFor(`${name}'s requeued write to land`, () => landed(op, name), 30_000);
+    await sleep(SETTLE_MS); // past the correlation window: an event of the connection's end would have come by now, and must not
+    assert.deepEqual([...others, ...agent.events.slice(since).filter((e) => e.request?.path !== statusPathOf(op.namespace, name))], [], "nothing else was reported");
+  });
+
   it("the apiserver SIGKILLed with a status write in flight, then restarted; swallowed: one loss, and the refused reconnects reported as the reads they were", async () => {
     // Why the real apiserver: only a real apiserver process can die with the write inside it, and only a real one's restart (etcd behind it) is what the operator comes back to.
     const op = operators.silent;
@@ -320,6 +460,56 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     assert.deepEqual(notRefusedReads, [], `besides the write's loss, only refused connects of reads: ${describeEvents(afterKill)}`);
     assert.equal(eventsFor(statusPathOf(op.namespace, name)).length, 1, "one event for the write: a rewrite after a re-list is no loss");
   });
+  it("the apiserver shut down gracefully (SIGTERM) with a status write in flight: GOAWAY, the write it had accepted answered before it exits, then restarted: no loss", async () => {
+    // Why the real apiserver: its graceful termination (GOAWAY on every HTTP/2 connection, then draining the requests it accepted) is the real one's; the stand-in has none.
+    // What the real kube-apiserver (v1.37.2, default shutdown flags) did, measured here: on SIGTERM it closes its listener and
+    // sends one GOAWAY, NO_ERROR, whose last stream id is the highest stream it had received (the held write's or a later
+    // one's); the held write, released, is answered 200 before the process exits; the watches on the connection are
+    // ended. Streams above the last stream id (a write sent while the GOAWAY was on its way) Go sends again on a new
+    // connection: retries (retried{code="goaway"}), never losses. They need a write in the microseconds of that window
+    // and were not seen here; the apiserver's --goaway-chance (a GOAWAY after a random request, to rebalance HTTP/2
+    // clients) makes the same frame, by chance.
+    const op = operators.careful;
+    const name = "drained";
+    const statusPath = statusPathOf(op.namespace, name);
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const retriedBefore = await agent.metric("lostwrite_status_write_retried_total", { code: "goaway" });
+    const hold = webhook.hold({ namespace: op.namespace, name, user: OPERATOR_USER });
+    await createWidget(op, name);
+    await hold.arrived;
+    const goAwaysBefore = goLines("go_goaway", op.pid).length;
+    const exited = cp.killApiserver("SIGTERM");
+    let goAway: PrintfRecordOf<"go_goaway"> | undefined;
+    try {
+      await waitFor("the operator to read the apiserver's GOAWAY (the Go probe's line)", () => goLines("go_goaway", op.pid).length > goAwaysBefore, 30_000);
+      goAway = goLines("go_goaway", op.pid).at(-1);
+    } finally {
+      hold.release();
+    }
+    await exited;
+    await cp.startApiserver();
+    await waitFor(`${name}'s status to land`, () => landed(op, name), 30_000);
+    await sleep(SETTLE_MS); // past the correlation window: an event of the write or of the reconnects would have come by now, and must not
+    const retried = (await agent.metric("lostwrite_status_write_retried_total", { code: "goaway" })) - retriedBefore;
+    const written = streamIdOf(op.pid, statusPath);
+    rows.push({
+      fault: "apiserver SIGTERM (GOAWAY), write in flight",
+      expected: "no event (the accepted write answered)",
+      detected: `${describeEvents(eventsFor(statusPath))}; GOAWAY ${H2_ERROR_NAMES[goAway!.code] ?? goAway!.code} last stream ${goAway!.lastStreamId}, write on stream ${written?.streamId}; retried{code=goaway} +${retried}`,
+    });
+    assert.equal(goAway!.code, 0, "a graceful GOAWAY: NO_ERROR");
+    assert.ok(written !== undefined && written.conn === goAway!.conn, "the write went on the connection the GOAWAY came on");
+    assert.ok(goAway!.lastStreamId >= written.streamId, `the GOAWAY's last stream id (${goAway!.lastStreamId}) covers the write's stream (${written.streamId}): the apiserver had accepted it`);
+    await assertGoProbeFollowed();
+    assert.deepEqual(eventsFor(statusPath), [], "the accepted write was answered: no event");
+    assert.equal(await lossCount(), lostBefore, "no status loss counted");
+    // While the port is closed, client-go's reconnects are refused: failed connects of reads, as after the SIGKILL.
+    const afterStop = agent.events.slice(since);
+    assert.deepEqual(afterStop.filter((e) => e.cause !== "connect_failed" || (e.request !== null && e.request.method !== "GET")), [],
+      `only refused connects of reads: ${describeEvents(afterStop)}`);
+  });
+
   it("APF: the operator's status write rejected 429 by its FlowSchema's priority level, retried by client-go after Retry-After and answered: a retry, no loss", async () => {
     // Why the real apiserver: API Priority and Fairness (a FlowSchema, a PriorityLevelConfiguration that rejects, its seats and Retry-After) exists only in the real one.
     const op = operators.careful;
@@ -412,6 +602,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     await waitFor("every widget's second status to land", async () => (await Promise.all(all.map(atGeneration2))).every(Boolean), 60_000);
     await sleep(SETTLE_MS); // past the correlation window: any event of these writes would have come by now
     rows.push({ fault: `no fault: ${all.length * 2} status writes under load`, expected: "no event", detected: describeEvents(agent.events.slice(since)) });
+    await assertGoProbeFollowed();
     assert.deepEqual(agent.events.slice(since), [], "no event");
     assert.equal(await lossCount(), lostBefore, "no status loss counted");
   });
