@@ -32,7 +32,7 @@ import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
 import { parsePrintfFields, type PrintfRecordOf } from "../../src/sources/probe/probeLines.ts";
 import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
-import { startCrOperator, type CrOperator, type CrOperatorMode } from "./support/crOperator.ts";
+import { operatorCmdline, startCrOperator, type CrOperator, type CrOperatorMode } from "./support/crOperator.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
@@ -67,9 +67,6 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 const widgetsPath = (namespace: string): string => `/apis/${WIDGET_GROUP}/${WIDGET_VERSION}/namespaces/${namespace}/widgets`;
 const statusPathOf = (namespace: string, name: string): string => `${widgetsPath(namespace)}/${name}/status`;
 
-type Mode = CrOperatorMode;
-type Operator = CrOperator;
-
 interface Row {
   fault: string;
   expected: string;
@@ -96,7 +93,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
   /** Undoes a partition still in place (a failed test): run by after() too. */
   let heal: (() => void) | null = null;
   let goProbeRestartsBefore: number;
-  const operators = {} as Record<Mode, Operator>;
+  const operators = {} as Record<CrOperatorMode, CrOperator>;
   const rows: Row[] = [];
 
   before(async () => {
@@ -116,8 +113,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     // The probe lines, kept to read what the Go probe saw of a GOAWAY (its last stream id and error code).
     recording = path.join(dir, "agent.jsonl");
     agent = await startAgentProcess([
-      // cr-operator-symbols: its comm is "cr-operator-sym".
-      "--target-comm", "^cr-operator",
+      "--target-cmdline", operatorCmdline(kubeconfigPath),
       "--apiserver", `127.0.0.1:${cp.port}`,
       "--correlation-window", CORRELATION_WINDOW,
       "--span-grace", "0s",
@@ -149,7 +145,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  async function startOperator(mode: Mode): Promise<Operator> {
+  async function startOperator(mode: CrOperatorMode): Promise<CrOperator> {
     const namespace = `cp-${mode}`;
     await cp.ensureNamespace(namespace);
     const op = await startCrOperator({
@@ -161,18 +157,18 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     return op;
   }
 
-  async function createWidget(op: Operator, name: string, spec: Record<string, unknown> = { size: 1 }, labels: Record<string, string> = {}): Promise<void> {
+  async function createWidget(op: CrOperator, name: string, spec: Record<string, unknown> = { size: 1 }, labels: Record<string, string> = {}): Promise<void> {
     const res = await cp.request("POST", widgetsPath(op.namespace), {
       body: { apiVersion: `${WIDGET_GROUP}/${WIDGET_VERSION}`, kind: "Widget", metadata: { name, labels }, spec },
     });
     assert.equal(res.status, 201, JSON.stringify(res.body));
   }
 
-  async function statusOf(op: Operator, name: string): Promise<{ observedGeneration?: number; phase?: string; conditions?: { type: string }[] } | undefined> {
+  async function statusOf(op: CrOperator, name: string): Promise<{ observedGeneration?: number; phase?: string; conditions?: { type: string }[] } | undefined> {
     const res = await cp.request("GET", `${widgetsPath(op.namespace)}/${name}`);
     return (res.body as { status?: { observedGeneration?: number; phase?: string } }).status;
   }
-  const landed = async (op: Operator, name: string): Promise<boolean> => (await statusOf(op, name))?.observedGeneration === 1;
+  const landed = async (op: CrOperator, name: string): Promise<boolean> => (await statusOf(op, name))?.observedGeneration === 1;
 
   const lossCount = (): Promise<number> => agent.metric("lostwrite_status_write_lost_total", { request: "status" });
   const eventsFor = (statusPath: string): LossEvent[] => agent.events.filter((e) => e.request?.path === statusPath);
@@ -187,7 +183,8 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
    * a process it does not follow.
    */
   async function assertGoProbeFollowed(): Promise<void> {
-    assert.equal(await agent.metric("lostwrite_go_probe_restarts_total"), goProbeRestartsBefore, "no Go probe restart");
+    assert.equal(await agent.metric("lostwrite_go_probe_restarts_total"), goProbeRestartsBefore,
+      `no Go probe restart: ${JSON.stringify(agentLog.filter((l) => l.msg.endsWith("; restarting")))}`);
     for (const op of Object.values(operators)) {
       assert.ok(!loggedFor(agentLog, "Go probe no longer follows", op.pid), `the Go probe still follows the ${op.mode} operator [${op.pid}]`);
     }
@@ -200,7 +197,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
    * one more status loss on the metric; returns the events that came meanwhile
    * for anything else.
    */
-  async function oneLoss(fault: string, op: Operator, name: string, expected: Expected, since: number, lostBefore: number): Promise<LossEvent[]> {
+  async function oneLoss(fault: string, op: CrOperator, name: string, expected: Expected, since: number, lostBefore: number): Promise<LossEvent[]> {
     const statusPath = statusPathOf(op.namespace, name);
     const expectedText = `${expected.cause}${expected.statusCode ? ` ${expected.statusCode}` : ""} PUT …/${name}/status noticed=${expected.noticed} +span`;
     try {
@@ -251,7 +248,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
   }
 
   /** The operator's one connection to the apiserver, by its local port, from the kernel's socket table. */
-  function operatorSockets(op: Operator): string[] {
+  function operatorSockets(op: CrOperator): string[] {
     const out = execFileSync("ss", ["-tnpH", "state", "established", "dport", "=", `:${cp.port}`], { encoding: "utf8" });
     return out.split("\n").filter((line) => line.includes(`pid=${op.pid},`)).map((line) => line.trim().split(/\s+/)[2]!);
   }
@@ -320,7 +317,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
   });
 
   /** Destroys one end of the operator's connection in the kernel (ss -K): the apiserver's end (the operator then receives a reset) or its own. */
-  function destroyConnection(op: Operator, end: "apiserver" | "operator"): void {
+  function destroyConnection(op: CrOperator, end: "apiserver" | "operator"): void {
     const sockets = operatorSockets(op);
     assert.equal(sockets.length, 1, `the operator has one connection to the apiserver: ${sockets.join(", ")}`);
     const localPort = sockets[0]!.split(":").at(-1)!;
@@ -375,7 +372,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
    * on the machine has that port pair: its next connection (another local
    * port) goes through.
    */
-  function partition(op: Operator): { localPort: number; dropped(): number; heal(): void } {
+  function partition(op: CrOperator): { localPort: number; dropped(): number; heal(): void } {
     const sockets = operatorSockets(op);
     assert.equal(sockets.length, 1, `the operator has one connection to the apiserver: ${sockets.join(", ")}`);
     const localPort = Number(sockets[0]!.split(":").at(-1));
@@ -412,20 +409,26 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     await createWidget(op, name);
     await hold.arrived;
     const cut = partition(op);
+    const cutAt = Date.now();
     let others: LossEvent[];
     let dropped: number;
     try {
       // The write stays held until the connection is given up (no answer could have crossed the partition anyway); the
       // requeued write goes on a new connection, which the partition does not cut. The health check gives up after
-      // ReadIdleTimeout (5 s without a frame read: then a PING) plus PingTimeout (5 s without its ACK).
+      // ReadIdleTimeout (5 s without a frame read: then a PING) plus PingTimeout (5 s without its ACK). Go then closes
+      // the connection itself (the Go probe reads it in FIN_WAIT1), and the agent names what it was: a connection that
+      // died unanswered, the network path's or the apiserver's (docs/go-requests.md), not a client timeout.
       others = await oneLoss("network partition (nftables), health check gave up", op, name, { cause: "connection_closed_unanswered", noticed: "yes" }, since, lostBefore);
       dropped = cut.dropped();
     } finally {
       cut.heal();
       hold.release();
     }
+    const gaveUpS = (Date.parse(eventsFor(statusPathOf(op.namespace, name))[0]!.time) - cutAt) / 1000;
+    rows.at(-1)!.detected += ` (${gaveUpS.toFixed(1)} s after the cut, ${dropped} packets dropped)`;
     assert.ok(dropped > 0, "the partition dropped packets (the health check's PING among them)");
-    assert.match(op.stderr.join(""), /client connection lost/, "the operator's write failed with x/net's lost-PING error");
+    // x/net's error for a connection its health check gave up (closeForLostPing), not a timeout of the TCP stack's or the webhook's.
+    assert.match(op.stderr.join(""), /http2: client connection lost/, "the operator's write failed with x/net's lost-PING error");
     // Go closed its socket, whose FIN (and PING) the kernel retransmits into the partition: healed, the connection
     // ends for good (the apiserver's retransmission meets a closed socket). Waited for, so that whatever the agent
     // makes of its end has come before the check below.
@@ -462,13 +465,14 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
   });
   it("the apiserver shut down gracefully (SIGTERM) with a status write in flight: GOAWAY, the write it had accepted answered before it exits, then restarted: no loss", async () => {
     // Why the real apiserver: its graceful termination (GOAWAY on every HTTP/2 connection, then draining the requests it accepted) is the real one's; the stand-in has none.
-    // What the real kube-apiserver (v1.37.2, default shutdown flags) did, measured here: on SIGTERM it closes its listener and
-    // sends one GOAWAY, NO_ERROR, whose last stream id is the highest stream it had received (the held write's or a later
-    // one's); the held write, released, is answered 200 before the process exits; the watches on the connection are
-    // ended. Streams above the last stream id (a write sent while the GOAWAY was on its way) Go sends again on a new
-    // connection: retries (retried{code="goaway"}), never losses. They need a write in the microseconds of that window
-    // and were not seen here; the apiserver's --goaway-chance (a GOAWAY after a random request, to rebalance HTTP/2
-    // clients) makes the same frame, by chance.
+    // What the real kube-apiserver (v1.37.2, default shutdown flags) did, measured here: on SIGTERM it closes its
+    // listener and sends one GOAWAY, NO_ERROR, whose last stream id is the highest stream it had received (the held
+    // write's, or a later one's); the held write, released, is answered 200; the watches on the connection go on for
+    // 60 s (its HTTP server's shutdown timeout, the request timeout), then end, Go closes the connection and the
+    // apiserver exits. Streams above the last stream id (a write sent while the GOAWAY was on its way) Go sends again
+    // on a new connection: retries (retried{code="goaway"}), never losses. They need a write in the microseconds of
+    // that window and were not seen here; the apiserver's --goaway-chance (a GOAWAY after a random request, which
+    // production sets to rebalance HTTP/2 clients across apiservers) sends the same frame, by chance.
     const op = operators.careful;
     const name = "drained";
     const statusPath = statusPathOf(op.namespace, name);
@@ -598,7 +602,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
       const res = await cp.request("PATCH", `${widgetsPath(op.namespace)}/${name}`, { contentType: "application/merge-patch+json", body: { spec: { size: 2 } } });
       assert.equal(res.status, 200, JSON.stringify(res.body));
     }));
-    const atGeneration2 = async ({ op, name }: { op: Operator; name: string }): Promise<boolean> => (await statusOf(op, name))?.observedGeneration === 2;
+    const atGeneration2 = async ({ op, name }: { op: CrOperator; name: string }): Promise<boolean> => (await statusOf(op, name))?.observedGeneration === 2;
     await waitFor("every widget's second status to land", async () => (await Promise.all(all.map(atGeneration2))).every(Boolean), 60_000);
     await sleep(SETTLE_MS); // past the correlation window: any event of these writes would have come by now
     rows.push({ fault: `no fault: ${all.length * 2} status writes under load`, expected: "no event", detected: describeEvents(agent.events.slice(since)) });

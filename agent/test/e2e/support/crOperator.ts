@@ -34,6 +34,16 @@ export interface CrOperatorOptions {
   env?: Record<string, string>;
 }
 
+/**
+ * The agent's --target-cmdline for the operators run with `kubeconfigPath`:
+ * this test's, in the control plane's own directory, and no other test's
+ * cr-operator on the same machine (whose faults and losses are not this
+ * test's to count).
+ */
+export function operatorCmdline(kubeconfigPath: string): string {
+  return `--kubeconfig ${kubeconfigPath.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} `;
+}
+
 /** Starts the operator with Status().Update() writes; resolves once its cache synced and the Go probe follows it. */
 export async function startCrOperator(o: CrOperatorOptions): Promise<CrOperator> {
   const child = spawn(o.binary, [
