@@ -4,10 +4,12 @@
 // (testbed/cr-operator, Status().Update()) followed by the agent's uprobes on
 // its binary. No fault is simulated by a stand-in: each comes from what
 // produces it in production — another writer of the same status, the CRD's
-// schema, a connection destroyed in the kernel, the apiserver killed — and
-// must be reported exactly once, by its cause, its request (a status write,
-// its path and object) and whether the operator noticed, from its spans —
-// or not at all, where the write was retried and answered.
+// schema, a webhook too slow for its timeout, a connection destroyed in the
+// kernel, a partition, the apiserver killed or shut down, its HTTP/2
+// rebalancing, API Priority and Fairness — and must be reported exactly
+// once, by its cause, its request (a status write, its path and object) and
+// whether the operator noticed, from its spans — or not at all, where the
+// write was retried and answered.
 //
 // A holding webhook (testbed/controlplane/holdingWebhook.ts) keeps the one
 // write a fault is aimed at in flight inside the apiserver until the fault is
@@ -609,5 +611,45 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     await assertGoProbeFollowed();
     assert.deepEqual(agent.events.slice(since), [], "no event");
     assert.equal(await lossCount(), lostBefore, "no status loss counted");
+  });
+
+  it("GOAWAY by chance: the apiserver restarted with --goaway-chance (production's HTTP/2 rebalancing) under bursts of status writes; what Go sends again is no loss", async () => {
+    // Why the real apiserver: --goaway-chance is its own filter (a random HTTP/2 request's answer says "Connection: close", which Go's HTTP/2 server sends as a GOAWAY); the stand-in has none.
+    const since = agent.events.length;
+    const lostBefore = await lossCount();
+    const retriedBefore = await agent.metric("lostwrite_status_write_retried_total", { code: "goaway" });
+    const ops = Object.values(operators);
+    const goAwaysBefore = ops.map((op) => goLines("go_goaway", op.pid).length);
+    const goAways = (): number => ops.reduce((sum, op, i) => sum + goLines("go_goaway", op.pid).length - goAwaysBefore[i]!, 0);
+    // Restarted while nothing is in flight, so SIGKILL (a graceful stop waits 60 s for the watches, above); 0.02 is the most the flag takes.
+    await cp.killApiserver("SIGKILL");
+    await cp.startApiserver(["--goaway-chance=0.02"]);
+    // Bursts of 40 status writes (20 new widgets per operator) until the operators have read three GOAWAYs: at 0.02 per
+    // request about one in 50 of their requests draws one. Each burst's statuses land before the next.
+    let writes = 0;
+    for (let burst = 0; goAways() < 3; burst++) {
+      assert.ok(burst < 25, `the operators read ${goAways()} GOAWAYs in ${writes} status writes`);
+      const batch = ops.flatMap((op) => Array.from({ length: 20 }, (_, i) => ({ op, name: `goaway-${burst}-${i}` })));
+      await Promise.all(batch.map(({ op, name }) => createWidget(op, name)));
+      await waitFor(`burst ${burst}'s statuses to land`, async () => (await Promise.all(batch.map(({ op, name }) => landed(op, name)))).every(Boolean), 60_000);
+      writes += batch.length;
+    }
+    await sleep(SETTLE_MS); // past the correlation window: an event of a write cut off by a GOAWAY would have come by now, and must not
+    const retried = (await agent.metric("lostwrite_status_write_retried_total", { code: "goaway" })) - retriedBefore;
+    const codes = [...new Set(ops.flatMap((op, i) => goLines("go_goaway", op.pid).slice(goAwaysBefore[i]).map((g) => H2_ERROR_NAMES[g.code] ?? g.code)))];
+    const statusEvents = agent.events.slice(since).filter((e) => e.request?.path?.endsWith("/status"));
+    rows.push({
+      fault: `--goaway-chance=0.02, ${writes} status writes`,
+      expected: "no event",
+      detected: `${describeEvents(statusEvents)}; ${goAways()} GOAWAYs (${codes.join(", ")}), retried{code=goaway} +${retried}`,
+    });
+    await assertGoProbeFollowed();
+    assert.deepEqual(codes, ["NO_ERROR"], "the rebalancing GOAWAY is a graceful one");
+    assert.deepEqual(statusEvents, [], "no status write was lost");
+    assert.equal(await lossCount(), lostBefore, "no status loss counted");
+    // While the port was closed (the restart), client-go's reconnects were refused: failed connects of reads, as after the SIGKILL above.
+    const afterRestart = agent.events.slice(since);
+    assert.deepEqual(afterRestart.filter((e) => e.cause !== "connect_failed" || (e.request !== null && e.request.method !== "GET")), [],
+      `only refused connects of reads: ${describeEvents(afterRestart)}`);
   });
 });
