@@ -492,9 +492,10 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
       goAway = goLines("go_goaway", op.pid).at(-1);
     } finally {
       hold.release();
+      // Started again even when the wait failed: the cases after this one need an apiserver.
+      await exited;
+      await cp.startApiserver();
     }
-    await exited;
-    await cp.startApiserver();
     await waitFor(`${name}'s status to land`, () => landed(op, name), 30_000);
     await sleep(SETTLE_MS); // past the correlation window: an event of the write or of the reconnects would have come by now, and must not
     const retried = (await agent.metric("lostwrite_status_write_retried_total", { code: "goaway" })) - retriedBefore;
