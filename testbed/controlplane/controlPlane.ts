@@ -60,8 +60,12 @@ export interface ControlPlane {
   apiserverPid(): number;
   /** Sends `signal` to the apiserver's process group and waits until it has exited. */
   killApiserver(signal?: NodeJS.Signals): Promise<void>;
-  /** Starts the apiserver again on the same port, etcd and certificates; resolves once it is ready. */
-  startApiserver(): Promise<void>;
+  /**
+   * Starts the apiserver again on the same port, etcd and certificates, with
+   * `flags` (`--name=value`) added to this start's command line only; resolves
+   * once it is ready.
+   */
+  startApiserver(flags?: readonly string[]): Promise<void>;
   /** Where each process writes its output. */
   logs: { etcd: string; apiserver: string };
   stop(): Promise<void>;
@@ -230,9 +234,9 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
       "--endpoint-reconciler-type=none",
       ...(opts.apiserverFlags ?? []),
     ];
-    const startApiserver = async (): Promise<void> => {
+    const startApiserver = async (flags: readonly string[] = []): Promise<void> => {
       if (stopped) throw new Error("the control plane was stopped");
-      apiserver = startProcess(binaries.kubeApiserver, apiserverArgs, logs.apiserver);
+      apiserver = startProcess(binaries.kubeApiserver, [...apiserverArgs, ...flags], logs.apiserver);
       await waitReady("kube-apiserver", () => apiserver, logs.apiserver, async () => (await request("GET", "/readyz", { timeoutMs: 2000 })).status === 200);
     };
     const started = Date.now();
