@@ -1,9 +1,11 @@
 // Rendering a probe program: the agent's state goes into BEGIN after the
 // program's own defaults, so what the agent renders is what the kernel uses.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 import { parseEndpoint } from "../../../../src/sources/probe/endpointKey.ts";
 import { copyMissedClose, PROBE_VARIANTS, renderProgram } from "../../../../src/sources/probe/probeProgram.ts";
+import { repoPath } from "../../../repoPath.ts";
 
 /** The MISSED CLOSE blocks of a rendered program, each without its indentation. */
 function missedCloseBlocks(program: string): string[] {
@@ -50,5 +52,42 @@ describe("copyMissedClose", { timeout: 10_000 }, () => {
   });
   it("refuses a program without the block, naming the file", () => {
     assert.throws(() => copyMissedClose("a {\n\t// @missed-close\n}\n", "probes/x.bt"), /probes\/x\.bt lacks the "\/\/ @missed-close begin"/);
+  });
+});
+
+/** The `// @same-in-both NAME` … `// @same-in-both end` regions of a program file, by name. */
+function sameInBoth(file: string): Map<string, string> {
+  const regions = new Map<string, string>();
+  let open: string | null = null;
+  let lines: string[] = [];
+  for (const line of readFileSync(repoPath(file), "utf8").split("\n")) {
+    const name = /^\s*\/\/ @same-in-both (\S+)$/.exec(line)?.[1];
+    if (name === undefined) {
+      if (open !== null) lines.push(line);
+    } else if (name === "end") {
+      assert.notEqual(open, null, `${file}: an end with no region open`);
+      regions.set(open!, lines.join("\n"));
+      open = null;
+    } else {
+      assert.equal(open, null, `${file}: region ${name} opens inside ${open}`);
+      assert.ok(!regions.has(name), `${file}: region ${name} twice`);
+      open = name;
+      lines = [];
+    }
+  }
+  assert.equal(open, null, `${file}: region ${String(open)} never ends`);
+  return regions;
+}
+
+describe("the two socket programs", { timeout: 10_000 }, () => {
+  it("hold what they do alike letter for letter: the control channel, who closed, exec, exit and the tick", () => {
+    const sockets = sameInBoth("probes/apiserver_sockets.bt");
+    const syscalls = sameInBoth("probes/apiserver_syscalls.bt");
+    assert.deepEqual([...syscalls.keys()], [...sockets.keys()], "the same regions, in the same order");
+    assert.ok(sockets.size >= 4, `regions: ${[...sockets.keys()].join(", ")}`);
+    for (const [name, text] of sockets) {
+      assert.ok(text.split("\n").length >= 10, `${name} holds some of the program`);
+      assert.equal(syscalls.get(name), text, `region ${name} differs between apiserver_sockets.bt and apiserver_syscalls.bt`);
+    }
   });
 });
