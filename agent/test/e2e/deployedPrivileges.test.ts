@@ -9,6 +9,7 @@
 // the manifest grants: a new capability or mount needs a row here, and a
 // test that fails without it.
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { chmod, mkdtemp, rm, symlink } from "node:fs/promises";
 import { realpathSync } from "node:fs";
@@ -68,6 +69,13 @@ const MOUNTS: Record<string, Need> = {
   },
   tracefs: { why: "tracepoint ids and formats; the container's /sys has an empty directory there", without: /FAIL {2}bpftrace attaches: /, seenBy: "doctor" },
   tmp: { why: "bpftrace's program files, on a read-only root filesystem", without: /EROFS: read-only file system, mkdtemp '\/tmp\//, seenBy: "agent" },
+  // Without it nothing fails: the Go probe of a binary with symbols is placed
+  // at the function entries instead, which cost more (see its test below).
+  "debug-build-ids": {
+    why: "the debug file naming the Go probe's points past the stack checks of a binary with symbols, found by its build id",
+    without: /Go binary with symbols: its uprobes go at the function entries/,
+    seenBy: "agent",
+  },
 };
 
 /** Host mounts that are not read-only, by volume name. */
@@ -123,10 +131,10 @@ describe("every capability and mount of the DaemonSet is needed, and is enough",
   const agentArgs = (): string[] => ["--target-comm", "^(go-operator|lw-short)$", "--apiserver", `127.0.0.1:${portOf(apiserver)}`, "--correlation-window", "300ms", "--span-grace", "0s"];
 
   /** The agent in `variant`: its log, whether it started, and whether the Go probe attached to the other uid's operator. */
-  async function agentIn(variant: DaemonSetShape, until: RegExp | null): Promise<{ started: boolean; goAttached: boolean; log: string; agent?: AgentProcess }> {
+  async function agentIn(variant: DaemonSetShape, until: RegExp | null, args = agentArgs()): Promise<{ started: boolean; goAttached: boolean; log: string; agent?: AgentProcess }> {
     let agent: AgentProcess;
     try {
-      agent = await startAgentProcess(agentArgs(), { LOSTWRITE_PROC_ROOT: variant.procRoot }, { wrap: (argv) => inDeployedShape(argv, variant) });
+      agent = await startAgentProcess(args, { LOSTWRITE_PROC_ROOT: variant.procRoot }, { wrap: (argv) => inDeployedShape(argv, variant) });
     } catch (error) {
       return { started: false, goAttached: false, log: String(error) };
     }
@@ -193,7 +201,26 @@ describe("every capability and mount of the DaemonSet is needed, and is enough",
     });
   }
 
+  it(`without the debug-build-ids mount (${MOUNTS["debug-build-ids"]!.why}): such a binary is probed at its function entries, and the agent says so`, async () => {
+    // The operator of this file is stripped; one that keeps its symbols, as go build leaves it, runs for this case only.
+    // A build id of its own: no debug file another agent on the machine wrote for the same build exists for it.
+    const withSymbols = await buildGoOperator(dir, { stripped: false, buildId: randomBytes(20).toString("hex") });
+    await chmod(withSymbols, 0o755);
+    const symbolsOperator = spawn("setpriv", ["--reuid", OTHER_UID, "--regid", OTHER_UID, "--clear-groups", withSymbols, "--server", "https://127.0.0.1:1", "--namespace", "privileges"], { stdio: "ignore" });
+    const need = MOUNTS["debug-build-ids"]!;
+    const run = await agentIn(shapeWithout(shape, { mount: "debug-build-ids" }), need.without, ["--target-comm", "^(go-operator|go-operator-sym|lw-short)$", ...agentArgs().slice(2)]);
+    try {
+      assert.ok(run.started, run.log);
+      assert.match(run.log, need.without);
+      await waitFor("both Go programs attached, the one with symbols at its entries", async () => (await run.agent!.metric("lostwrite_go_probes_attached")) === 2, 30_000);
+    } finally {
+      symbolsOperator.kill("SIGKILL");
+      await run.agent?.stop();
+    }
+  });
+
   for (const [mount, need] of Object.entries(MOUNTS)) {
+    if (mount === "debug-build-ids") continue;
     it(`without the ${mount} mount (${need.why}): it fails`, async () => {
       await assertFailsWithout(shapeWithout(shape, { mount }), need);
     });
