@@ -6,14 +6,12 @@
 // function's section once per HTTP/2 family it links, with that family's
 // offsets (goBinary/http2Layouts.ts, or the binary's DWARF): the e2e tests
 // run these probes on real binaries of every family, and on kubectl.
-import { readFileSync } from "node:fs";
-import path from "node:path";
 import type { FunctionLocation, Http2Family, ProbePlacement } from "../goBinary/inspectGoBinary.ts";
 import { HTTP2_FUNCTIONS, type Http2FamilyName, type Http2Function } from "../goBinary/http2Families.ts";
 import { probeSymbolName } from "../goBinary/probeSymbolFile.ts";
 import type { Http2Layout } from "../goBinary/http2Layouts.ts";
 import { ANNOUNCE, FOLLOWED, renderUprobeProgram, type FollowedPidsOptions } from "../probe/followedPids.ts";
-import { probesDir } from "../probe/probeProgram.ts";
+import { templateSections } from "../probe/probeProgram.ts";
 
 /** Longest piece of a path printed in one line; keeps a printf's stack use under bpftrace's 512 bytes. */
 export const PATH_PART_BYTES = 120;
@@ -46,23 +44,8 @@ interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
 
 const TEMPLATE = "go_http2.bt";
 
-/** The template's sections (`// @name` lines start them), comments and its header left out. */
-type TemplateSections = Record<Http2Function | "socket-of-cc" | "peer-of-socket" | "end", string[]>;
-
-/** Read at each render: a program is rendered once per binary and restart. */
-function templateSections(): TemplateSections {
-  const file = path.join(probesDir(), TEMPLATE);
-  const body = readFileSync(file, "utf8").replace(/^\/\*[\s\S]*?\*\/\n/, "");
-  const found: Record<string, string[]> = {};
-  let current: string[] | null = null;
-  for (const line of body.split("\n")) {
-    const marker = /^\/\/ @([A-Za-z-]+)$/.exec(line);
-    if (marker) found[marker[1]!] = current = [];
-    else if (!/^\s*\/\//.test(line)) current?.push(line);
-  }
-  for (const name of ["socket-of-cc", "peer-of-socket", "end", ...HTTP2_FUNCTIONS]) if (!found[name]) throw new Error(`${file} lacks its "// @${name}" section`);
-  return found as TemplateSections;
-}
+/** The template's sections (`// @name` lines start them). */
+const SECTIONS = ["socket-of-cc", "peer-of-socket", "end", ...HTTP2_FUNCTIONS] as const;
 
 /** The byte offsets the template reads at, by placeholder: the family's layout, each field as the probe adds it to the pointer it holds. */
 function layoutValues(l: Http2Layout): Record<string, number> {
@@ -118,7 +101,7 @@ function attachPoint(placement: ProbePlacement | undefined, family: Http2FamilyN
 export function renderGoProgram(target: GoProbeTarget): string {
   if (/["\s]/.test(target.binary)) throw new RangeError(`Go probe binary path must not hold quotes or spaces: "${target.binary}"`);
   if (target.families.length === 0) throw new RangeError(`Go probe for ${target.binary}: no HTTP/2 family to probe`);
-  const t = templateSections();
+  const t = templateSections(TEMPLATE, SECTIONS);
   const fragments = { SOCKET_OF_CC: nonEmpty(t["socket-of-cc"]).join("\n"), PEER_OF_SOCKET: nonEmpty(t["peer-of-socket"]).join("\n") };
   const probes = target.families.flatMap((family) => {
     const offsets = layoutValues(family.layout);

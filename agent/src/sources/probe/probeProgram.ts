@@ -78,10 +78,30 @@ export function chooseVariant(available = tracepointAvailable): ProbeVariant {
   throw new Error(`kernel lacks tracepoints ${missing.join(", ")} (is tracefs mounted?); run "lostwrite doctor"`);
 }
 
-export function probesDir(): string {
+function probesDir(): string {
   const root = dirAbove("probes/apiserver_sockets.bt");
   if (root === null) throw new Error("probe programs not found: expected a probes/ folder above the agent");
   return path.join(root, "probes");
+}
+
+/**
+ * A program template's sections under probes/ (`// @name` lines start
+ * them), its header comment and every comment line left out; each of
+ * `required` must be there. Read at each render: a template is rendered once
+ * per probed file and restart.
+ */
+export function templateSections<Name extends string>(template: string, required: readonly Name[]): Record<Name, string[]> {
+  const file = path.join(probesDir(), template);
+  const body = readFileSync(file, "utf8").replace(/^\/\*[\s\S]*?\*\/\n/, "");
+  const found: Record<string, string[]> = {};
+  let current: string[] | null = null;
+  for (const line of body.split("\n")) {
+    const marker = /^\/\/ @([A-Za-z-]+)$/.exec(line);
+    if (marker) found[marker[1]!] = current = [];
+    else if (!/^\s*\/\//.test(line)) current?.push(line);
+  }
+  for (const name of required) if (!found[name]) throw new Error(`${file} lacks its "// @${name}" section`);
+  return found;
 }
 
 function programPath(variant: ProbeVariant): string {

@@ -4,10 +4,8 @@
 // answers to the caller. Its one line is the tls family of probeLines.ts.
 // What it does and why, what it prints and costs, and what it assumes of the
 // kernel: probes/tls_answers.bt, the template rendered here once per file.
-import { readFileSync } from "node:fs";
-import path from "node:path";
 import { ANNOUNCE, FOLLOWED, renderUprobeProgram, type FollowedPidsOptions } from "../probe/followedPids.ts";
-import { probesDir } from "../probe/probeProgram.ts";
+import { templateSections } from "../probe/probeProgram.ts";
 import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
 
 /**
@@ -29,33 +27,13 @@ interface TlsProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
 
 const TEMPLATE = "tls_answers.bt";
 
-/** The template's sections (`// @name` lines start them), comments and its header left out. */
-interface TemplateSections {
-  "on-thread-exit": string[];
-  end: string[];
-  probes: string[];
-  "tls-close": string[];
-}
-
-/** Read at each render: a program is rendered once per OpenSSL file and restart. */
-function templateSections(): TemplateSections {
-  const file = path.join(probesDir(), TEMPLATE);
-  const body = readFileSync(file, "utf8").replace(/^\/\*[\s\S]*?\*\/\n/, "");
-  const found: Record<string, string[]> = {};
-  let current: string[] | null = null;
-  for (const line of body.split("\n")) {
-    const marker = /^\/\/ @([a-z-]+)$/.exec(line);
-    if (marker) found[marker[1]!] = current = [];
-    else if (!/^\s*\/\//.test(line)) current?.push(line);
-  }
-  for (const name of ["on-thread-exit", "end", "probes", "tls-close"]) if (!found[name]) throw new Error(`${file} lacks its "// @${name}" section`);
-  return found as unknown as TemplateSections;
-}
+/** The template's sections (`// @name` lines start them). */
+const SECTIONS = ["on-thread-exit", "end", "probes", "tls-close"] as const;
 
 /** The program text; bpftrace runs it as `bpftrace -f json FILE AGENT_PID`. */
 export function renderTlsProgram(target: TlsProbeTarget): string {
   if (/["\s:]/.test(target.library)) throw new RangeError(`TLS probe library path must not hold quotes, spaces or colons: "${target.library}"`);
-  const t = templateSections();
+  const t = templateSections(TEMPLATE, SECTIONS);
   const values: Record<string, string> = {
     LIBRARY: target.library,
     FOLLOWED,
