@@ -55,7 +55,8 @@ const ZERO_BY_DESIGN = new Set([
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [B]",
   // Not in Kubernetes mode here.
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [C]",
-  "Kernel-dropped probe events/s",
+  "Kernel-dropped probe events and skipped probe runs/s [A]",
+  "Kernel-dropped probe events and skipped probe runs/s [B]",
   "Probe parse errors/s",
   "Pipeline drops/s by stage and reason",
   "Span intake/s [B]",
