@@ -105,7 +105,8 @@ describe("the real kube-apiserver, ten minutes of reconciling without a fault: n
   /** The operator's status writes the apiserver answered 2xx: its "status written" log lines. */
   const statusWritesOf = (op: CrOperator): number => op.stderr.join("").split('"msg":"status written"').length - 1;
 
-  it("10 minutes of spec changes and widgets coming and going, every change's status written: no event, no loss counted, no connection lost", async () => {
+  // Its own limit: the runner gives every other test five minutes.
+  it("10 minutes of spec changes and widgets coming and going, every change's status written: no event, no loss counted, no connection lost", { timeout: 14 * 60_000 }, async () => {
     // Why the real apiserver: what it sends an operator that loses nothing over minutes (watch timeouts and renewals, bookmarks, resourceVersions, APF) is the real one's, and none of it may look like a loss.
     const live = new Map(operators.map((op) => [op, Array.from({ length: WIDGETS }, (_, i) => `w-${i}`)]));
     let created = 0;
