@@ -307,7 +307,11 @@ void describe("apiserver_syscalls.bt on the real kernel", { skip, timeout: 90000
       variant: "syscalls",
       bpftrace: locateTool("bpftrace", "apt-get install bpftrace").path!,
       metrics,
-      log: { info: () => undefined, warn: (msg, fields) => warnings.push(`${msg} ${JSON.stringify(fields)}`) },
+      log: {
+        info: () => undefined,
+        warn: (msg, fields) => warnings.push(`${msg} ${JSON.stringify(fields)}`),
+        warnRateLimited: (_key, msg, fields) => warnings.push(`${msg} ${JSON.stringify(fields)}`),
+      },
       state: () => state,
       onInstance: () => undefined,
       agentHostPid: process.pid,

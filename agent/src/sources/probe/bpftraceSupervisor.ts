@@ -19,13 +19,11 @@ import type { AgentMetrics, ProbeProgramKind, ProbeRestartReason } from "../../t
 import { ControlChannel, ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage, type SyscallCounterKey } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { recursionMisses } from "./missedRuns.ts";
+import type { Logger } from "../../telemetry/log.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 
-interface Log {
-  info(msg: string, fields?: Record<string, unknown>): void;
-  warn(msg: string, fields?: Record<string, unknown>): void;
-}
+type Log = Pick<Logger, "info" | "warn" | "warnRateLimited">;
 
 /** A program other than the socket probe: no control channel, its own text and health metrics. */
 interface OtherProgram {
@@ -38,6 +36,8 @@ interface OtherProgram {
   /** Attached and beating (true) or not. */
   up: (attached: boolean) => void;
   restarted: (reason: ProbeRestartReason) => void;
+  /** Asks the running program for a `beat` line (a follow message, followChannel.ts); resolves once asked. */
+  askForBeat: () => Promise<void>;
 }
 
 interface SupervisorOptions {
@@ -71,6 +71,9 @@ interface SupervisorOptions {
 // kernels that account BPF memory to the cgroup (5.11+). The instruction
 // boundary warning: bpftrace cannot check a raw offset in a stripped binary;
 // the Go probes attach only at function entries, taken from the pclntab.
+/** The programs' timer tick (`interval:s:1`). */
+const TICK_NS = 1_000_000_000n;
+
 const KNOWN_HARMLESS = /RLIMIT_MEMLOCK|Could not determine instruction boundary/;
 
 /**
@@ -84,6 +87,17 @@ const KNOWN_HARMLESS = /RLIMIT_MEMLOCK|Could not determine instruction boundary/
  * loop a brk call per line.
  */
 const BPFTRACE_MALLOC_ENV = { MALLOC_TRIM_THRESHOLD_: "1048576", MALLOC_ARENA_MAX: "1" } as const;
+
+/**
+ * Ticks the kernel skipped between two that ran, from their kernel times. The
+ * tick is a timer probe: it runs in the timer's interrupt, and the kernel
+ * skips it, uncounted (no recursion_misses for timer programs), when that
+ * interrupt lands in another BPF program.
+ */
+export function skippedTicks(previousNs: bigint, ns: bigint): number {
+  if (ns <= previousNs) return 0;
+  return Math.max(0, Number((ns - previousNs + TICK_NS / 2n) / TICK_NS) - 1);
+}
 
 interface RestartDelayInput {
   /** The instance that exited had attached and run at least healthyRunMs. */
@@ -116,6 +130,11 @@ export class BpftraceSupervisor {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly workDir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-probe-"));
   private seq = 0;
+  /** Kernel time of the running instance's last timer tick; 0n before its first. */
+  private lastTickNs = 0n;
+  private askingForBeat = false;
+  /** Told of the next line that proves the program runs (see beatHeard()). */
+  private beatListener: (() => void) | null = null;
   private readonly exited = new WeakSet<ResultPromise>();
   private readonly killedForSilence = new WeakSet<ResultPromise>();
   private attachedAt = 0;
@@ -155,7 +174,7 @@ export class BpftraceSupervisor {
     if (!this.opts.program) await this.control.open();
     this.spawn();
     await this.whenReady(this.opts.readyTimeoutMs);
-    if (!this.stopping) this.watchdog = setInterval(() => this.checkHeartbeat(), 1000);
+    if (!this.stopping) this.watchdog = setInterval(() => void this.checkHeartbeat(), 1000);
   }
 
   whenReady(timeoutMs: number): Promise<void> {
@@ -277,6 +296,7 @@ export class BpftraceSupervisor {
   private spawn(): void {
     this.spawned = true;
     this.missesCounted = 0;
+    this.lastTickNs = 0n;
     const other = this.opts.program;
     const program = other ? other.render() : renderProgram(this.opts.variant, this.opts.state());
     const file = path.join(this.workDir, "program.bt");
@@ -336,9 +356,14 @@ export class BpftraceSupervisor {
       for (const waiter of this.readyWaiters.splice(0)) waiter.attached();
       this.flush();
     } else if (record.type === "tick") {
-      this.lastBeat = Date.now();
+      this.beatHeard();
+      this.countSkippedTicks(record.ts);
+      void this.countMissedRuns();
+    } else if (record.type === "beat") {
+      this.beatHeard();
       void this.countMissedRuns();
     } else if (record.type === "ack") {
+      this.beatHeard();
       this.acks.get(record.seq)?.(true);
       this.acks.delete(record.seq);
       return;
@@ -363,6 +388,12 @@ export class BpftraceSupervisor {
     }
   }
 
+  private countSkippedTicks(ts: bigint): void {
+    const skipped = this.lastTickNs === 0n ? 0 : skippedTicks(this.lastTickNs, ts);
+    this.lastTickNs = ts;
+    if (skipped > 0) this.opts.metrics.probeMissedRuns.inc({ program: this.opts.kind }, skipped);
+  }
+
   private setUp(attached: boolean): void {
     if (this.opts.program) this.opts.program.up(attached);
     else this.opts.metrics.probeUp.set(attached ? 1 : 0);
@@ -373,16 +404,60 @@ export class BpftraceSupervisor {
     else this.opts.metrics.probeRestarts.inc({ reason });
   }
 
-  private checkHeartbeat(): void {
-    if (!this.ready || this.stopping) return;
-    if (Date.now() - this.lastBeat > this.opts.heartbeatTimeoutMs) {
-      this.opts.log.warn("bpftrace stopped beating; restarting", { silentMs: Date.now() - this.lastBeat });
-      this.restarted("heartbeat_missed");
-      if (this.child) {
-        this.killedForSilence.add(this.child);
-        this.child.kill("SIGKILL");
-      }
+  private async checkHeartbeat(): Promise<void> {
+    if (!this.ready || this.stopping || this.askingForBeat) return;
+    if (Date.now() - this.lastBeat <= this.opts.heartbeatTimeoutMs) return;
+    // Silent ticks do not make a dead program (see countSkippedTicks): where
+    // another tool's BPF programs run long, the kernel skips them for seconds
+    // on end while the program is well. So it is asked, in the agent's own
+    // context, which the kernel does run it in; a restart would leave it blind
+    // while the new one compiles, and forget every connection it knew.
+    const child = this.child;
+    this.askingForBeat = true;
+    const silentMs = Date.now() - this.lastBeat;
+    const answered = await this.askForBeat().finally(() => (this.askingForBeat = false));
+    if (answered) {
+      this.opts.log.warnRateLimited(`${this.name}-ticks-skipped`, "the kernel skipped bpftrace's ticks (another BPF program was running); it answers, so it runs on", {
+        program: this.name,
+        silentMs,
+      });
+      return;
     }
+    if (child !== this.child || !this.ready || this.stopping) return;
+    this.opts.log.warn("bpftrace stopped beating and does not answer; restarting", { silentMs: Date.now() - this.lastBeat });
+    this.restarted("heartbeat_missed");
+    if (child) {
+      this.killedForSilence.add(child);
+      child.kill("SIGKILL");
+    }
+  }
+
+  /** A tick, a beat or an acknowledgement: the program runs and its output flows. */
+  private beatHeard(): void {
+    this.lastBeat = Date.now();
+    this.beatListener?.();
+  }
+
+  /** True once the program answered (an acknowledgement from the socket probe, a `beat` line from another), asking up to ackAttempts times. */
+  private async askForBeat(): Promise<boolean> {
+    for (let attempt = 1; attempt <= this.opts.ackAttempts && this.ready; attempt++) {
+      let timer: NodeJS.Timeout | undefined;
+      const heard = new Promise<boolean>((resolve) => {
+        this.beatListener = () => resolve(true);
+        timer = setTimeout(() => resolve(false), this.opts.ackTimeoutMs);
+      });
+      try {
+        if (this.opts.program) await this.opts.program.askForBeat();
+        else await this.control.send(encodeControl(ControlOp.ack, BigInt(++this.seq)));
+      } catch (err) {
+        this.opts.log.warn("could not ask bpftrace whether it runs", { error: String(err) });
+      }
+      const answered = await heard;
+      clearTimeout(timer);
+      this.beatListener = null;
+      if (answered) return true;
+    }
+    return false;
   }
 
   private onExit(child: ResultPromise, code: number | undefined, signal: string | null): void {

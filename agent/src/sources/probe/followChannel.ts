@@ -8,16 +8,16 @@
 // both addresses of the socket set. So a message is one connect from the
 // agent, from 127.254.A.B to 127.254.C.D, whose four bytes carry it:
 //
-//   bits 31-30  op: 1 follow, 2 stop following
+//   bits 31-30  op: 1 follow, 2 stop following, 3 print a `beat` line now
 //   bits 29-22  the program it is for (its id; 255: every program)
-//   bits 21-0   the host pid
+//   bits 21-0   the host pid (0 for a beat)
 //
 // The destination port is the agent's own listener on 127.0.0.1, so no other
 // process listens there on any address: every such connect is refused at
 // once by a reset, on loopback, and reaches nobody.
 import net from "node:net";
 
-export const FollowOp = { follow: 1, unfollow: 2 } as const;
+export const FollowOp = { follow: 1, unfollow: 2, beat: 3 } as const;
 export type FollowOp = (typeof FollowOp)[keyof typeof FollowOp];
 
 /** The program id every uprobe program applies. */
@@ -38,7 +38,11 @@ interface FollowAddresses {
 
 /** The two addresses that carry one message. */
 export function encodeFollow(op: FollowOp, programId: number, pid: number): FollowAddresses {
-  if (!Number.isInteger(pid) || pid <= 0 || pid >= PID_LIMIT) throw new RangeError(`follow message pid: expected 1…${PID_LIMIT - 1}, got ${pid}`);
+  if (op === FollowOp.beat) {
+    if (pid !== 0) throw new RangeError(`follow message pid: a beat names no process (0), got ${pid}`);
+  } else if (!Number.isInteger(pid) || pid <= 0 || pid >= PID_LIMIT) {
+    throw new RangeError(`follow message pid: expected 1…${PID_LIMIT - 1}, got ${pid}`);
+  }
   if (!Number.isInteger(programId) || programId < 0 || programId > EVERY_PROGRAM) {
     throw new RangeError(`follow message program id: expected 0…${EVERY_PROGRAM}, got ${programId}`);
   }

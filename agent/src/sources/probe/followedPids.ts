@@ -113,6 +113,9 @@ export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram 
 					delete(@lw_said[$target]);
 					printf("unfollow %llu %d\\n", nsecs, $target);
 				}
+				if ($op == 3) {
+					printf("beat %llu\\n", nsecs);
+				}
 			}
 		}
 	}

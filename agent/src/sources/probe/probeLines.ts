@@ -20,6 +20,8 @@ export type FieldType = "int" | "u64" | "bool" | "word" | "rest";
 
 const HELLO = { ts: "u64", agentPid: "int" } as const;
 const TICK = { ts: "u64" } as const;
+/** A uprobe program's answer to the agent's "are you there" (followChannel.ts): a tick out of the timer's turn. */
+const BEAT = { ts: "u64" } as const;
 // A uprobe program follows a pid (since: when it started following it, kernel
 // ns), or no longer does (sources/probe/followedPids.ts).
 const FOLLOW = { ts: "u64", pid: "int", since: "u64" } as const;
@@ -73,6 +75,7 @@ export const PROBE_FAMILIES = {
     // The client reset one of its streams (it gave up, or its write failed): code is the RST_STREAM's error code.
     go_abort: { ts: "u64", pid: "int", tid: "int", conn: "u64", streamId: "int", code: "int" },
     tick: TICK,
+    beat: BEAT,
   },
   tls: {
     hello: HELLO,
@@ -84,6 +87,7 @@ export const PROBE_FAMILIES = {
     // had ended the session (its close_notify read: SSL_ERROR_ZERO_RETURN).
     tls_close: { ts: "u64", pid: "int", sk: "u64", unansweredBytes: "int", waitedNs: "u64", peerClosed: "bool" },
     tick: TICK,
+    beat: BEAT,
   },
 } as const satisfies Record<string, Record<string, Record<string, FieldType>>>;
 

@@ -236,6 +236,7 @@ export class UprobePrograms {
           file.followed.clear();
         },
         restarted: (reason) => this.#o.restarts.inc({ reason }),
+        askForBeat: () => this.#o.follow.send(FollowOp.beat, id, 0),
       },
     });
     program.name = `${what} ${file.spec.details.file}`;

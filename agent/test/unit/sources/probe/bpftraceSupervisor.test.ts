@@ -3,7 +3,7 @@
 // only a crash loop backs off, exponentially, with jitter, up to a cap.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { restartDelayMs } from "../../../../src/sources/probe/bpftraceSupervisor.ts";
+import { restartDelayMs, skippedTicks } from "../../../../src/sources/probe/bpftraceSupervisor.ts";
 
 /** Just below 1: Math.random() never returns 1 itself. */
 const HIGH = 1 - Number.EPSILON;
@@ -50,5 +50,28 @@ describe("restart delay", () => {
       const delay = restartDelayMs({ healthy: true, restarts: 0, maxBackoffMs: 30_000 });
       assert.ok(delay >= 100 && delay < 200, `${delay}`);
     }
+  });
+});
+
+// A program's timer tick runs once a second unless the kernel skips it (its
+// interrupt landed in another BPF program): the gap between two ticks that
+// ran says how many were skipped, counted in lostwrite_probe_missed_runs_total.
+describe("skipped ticks", () => {
+  const S = 1_000_000_000n;
+
+  it("is none between ticks a second apart, give or take the timer's jitter", () => {
+    assert.equal(skippedTicks(10n * S, 11n * S), 0);
+    assert.equal(skippedTicks(10n * S, 11n * S + S / 3n), 0);
+    assert.equal(skippedTicks(10n * S, 11n * S - S / 3n), 0);
+  });
+
+  it("is one less than the seconds between two ticks that ran", () => {
+    assert.equal(skippedTicks(10n * S, 12n * S), 1);
+    assert.equal(skippedTicks(56_524_895_469_786n, 56_536_454_413_982n), 11);
+  });
+
+  it("is none for a tick that is not later than the one before", () => {
+    assert.equal(skippedTicks(12n * S, 12n * S), 0);
+    assert.equal(skippedTicks(12n * S, 11n * S), 0);
   });
 });

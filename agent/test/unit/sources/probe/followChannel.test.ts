@@ -36,6 +36,15 @@ void describe("follow messages", { timeout: 10_000 }, () => {
     }
   });
 
+  void it("carry a beat request to one program or every one, naming no process", () => {
+    for (const programId of [0, MAX_PROGRAM_ID, EVERY_PROGRAM]) {
+      const addresses = encodeFollow(FollowOp.beat, programId, 0);
+      assert.deepEqual(asTheProgramReads(addresses.local, addresses.remote), { op: FollowOp.beat, programId, pid: 0 });
+    }
+    const text = renderFollowedPids({ programId: 7, pids: [], execWatch: false }).probes.join("\n");
+    assert.match(text, /if \(\$op == 3\) \{\s*printf\("beat %llu\\n", nsecs\);/, text);
+  });
+
   void it("the program's rendered arithmetic is the one above", () => {
     const text = renderFollowedPids({ programId: 7, pids: [], execWatch: false }).probes.join("\n");
     assert.ok(text.includes("(($src & 0xffff) == 0xfe7f && ($dst & 0xffff) == 0xfe7f)"), text);
@@ -47,6 +56,7 @@ void describe("follow messages", { timeout: 10_000 }, () => {
     assert.throws(() => encodeFollow(FollowOp.follow, 0, 0), /pid: expected 1…4194303, got 0/);
     assert.throws(() => encodeFollow(FollowOp.follow, 0, 4_194_304), /got 4194304/);
     assert.throws(() => encodeFollow(FollowOp.follow, 256, 1), /program id: expected 0…255, got 256/);
+    assert.throws(() => encodeFollow(FollowOp.beat, 0, 4242), /a beat names no process \(0\), got 4242/);
     assert.equal(decodeFollow({ local: "127.0.0.1", remote: "127.254.0.1" }), null);
   });
 

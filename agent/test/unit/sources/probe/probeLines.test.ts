@@ -52,6 +52,7 @@ type Expected =
   | { type: "ambiguous"; ts: bigint; pid: number; sk: bigint; bytes: number; waitedNs: bigint }
   | { type: "ack"; seq: number }
   | { type: "tick"; ts: bigint }
+  | { type: "beat"; ts: bigint }
   | { type: "follow"; ts: bigint; pid: number; since: bigint }
   | { type: "unfollow"; ts: bigint; pid: number }
   | { type: "go_request"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint; streamId: number; pathLen: number; method: string; port: number; addr: string }
