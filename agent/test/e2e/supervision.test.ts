@@ -1,5 +1,6 @@
-// bpftrace is supervised: a killed bpftrace is restarted and counted, the
-// agent's counters keep counting, and a killed agent leaves no bpftrace behind.
+// bpftrace is supervised: a killed bpftrace is restarted and counted, so is
+// one that hangs (no tick, no answer when asked), the agent's counters keep
+// counting, and a killed agent leaves no bpftrace behind.
 // A bpftrace killed after a healthy run comes back at once, every time; only
 // one that dies before attaching (a crash loop) is retried with growing waits.
 import assert from "node:assert/strict";
@@ -133,6 +134,33 @@ describe("supervision", { skip: skipWithoutKernel(), timeout: 420_000 }, () => {
       assert.equal(ready.status, 200);
       // The harmless RLIMIT_MEMLOCK message is not logged as a problem.
       assert.ok(!agent.stderr.some((l) => l.includes("RLIMIT_MEMLOCK")), "RLIMIT_MEMLOCK is not reported");
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it("restarts a bpftrace that stopped: no tick and no answer to the agent's question, counted as heartbeat_missed", async () => {
+    assertKernelRequirements();
+    const agent = await startAgentProcess(["--target-pid", String(process.pid), "--apiserver", "127.0.0.1:1"]);
+    try {
+      const [stopped] = bpftraceChildren(agent.child.pid!);
+      assert.ok(stopped, "bpftrace runs for the agent");
+      // Stopped, it prints no tick and reads no control message: what a hung bpftrace looks like.
+      process.kill(stopped, "SIGSTOP");
+      await waitFor(
+        "a new bpftrace attached in place of the stopped one",
+        async () => (await agent.metric("lostwrite_probe_restarts_total", { reason: "heartbeat_missed" })) === 1 && (await readyAndAttached(agent)),
+        90_000,
+      );
+      await waitFor("the stopped bpftrace killed, one new bpftrace in its place", () => {
+        const running = bpftraceChildren(agent.child.pid!);
+        return running.length === 1 && running[0] !== stopped;
+      }, 10_000);
+      assert.equal(await agent.metric("lostwrite_probe_restarts_total", { reason: "exited" }), 0, "the kill for silence is not counted again as an exit");
+      assert.ok(
+        agent.stderr.some((line) => line.includes("stopped beating and does not answer")),
+        "the agent says why it restarted the probe",
+      );
     } finally {
       await agent.stop();
     }
