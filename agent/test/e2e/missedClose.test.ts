@@ -15,6 +15,9 @@
 // bpftrace and restarted it: blind while the new one compiled, and without
 // the connections the old one knew, so whole losses went missing. It must ask
 // the program instead (it answers), restart nothing, and count the ticks.
+//
+// A connect that times out (its last SYN's timer, softirq too) is missed the
+// same way: it must still be one `connect_failed` with ETIMEDOUT.
 import assert from "node:assert/strict";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
@@ -30,6 +33,7 @@ import { NamedClients } from "./support/httpsClient.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 const CLIENT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/stall_writer.py");
+const BLACKHOLE = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/syn_blackhole.py");
 const USER_TIMEOUT_MS = 500;
 /** Stalled connections at most, until the kernel has skipped a close on one of them. */
 const MAX_ATTEMPTS = 30;
@@ -81,6 +85,8 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
   const others: ChildProcess[] = [];
   /** The connections the apiserver that never reads holds. */
   const held: net.Socket[] = [];
+  /** An apiserver address whose SYNs are dropped. */
+  let blackholePort: number;
 
   before(async () => {
     assertKernelRequirements();
@@ -92,12 +98,19 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
     server = net.createServer({ pauseOnConnect: true }, (socket) => held.push(socket));
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const port = (server.address() as net.AddressInfo).port;
+    const blackhole = spawn("setpriv", ["--pdeathsig", "KILL", "python3", BLACKHOLE], { stdio: ["pipe", "pipe", "inherit"] });
+    others.push(blackhole);
+    let blackholeOut = "";
+    blackhole.stdout.setEncoding("utf8").on("data", (chunk: string) => (blackholeOut += chunk));
+    await waitFor("the SYN-dropping listener's port", () => blackholeOut.includes("\n"), 10_000);
+    blackholePort = Number(blackholeOut.trim());
     api = await startApiserver({ dir });
     tlsClients = new NamedClients(api.port, 10);
     agent = await startAgentProcess([
       "--target-comm", "^(lw-stall|lwc-stall-tls[0-9]+)$",
       "--apiserver", `127.0.0.1:${port}`,
       "--apiserver", `127.0.0.1:${api.port}`,
+      "--apiserver", `127.0.0.1:${blackholePort}`,
       "--correlation-window", "500ms",
     ]);
 
@@ -128,11 +141,13 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
    * the dead socket is still open (the failed send found the skipped close),
    * or once the client has closed it (the socket's release found it).
    */
-  async function stallUntilSkipped(t: TestContext, mode: "send" | "read", eventWhile: "open" | "released"): Promise<void> {
-    const port = (server.address() as net.AddressInfo).port;
+  async function stallUntilSkipped(t: TestContext, mode: "send" | "read" | "connect", eventWhile: "open" | "released"): Promise<void> {
+    const port = mode === "connect" ? blackholePort : (server.address() as net.AddressInfo).port;
     const skipped = (): Promise<number> => skippedProbeRuns(agent.child.pid!);
     let attemptsWithSkips = 0;
     let attempts = 0;
+    /** Attempts whose event came while the socket was open: for a connect, the state probe saw the failure. */
+    let seenOpen = 0;
     while (attempts < MAX_ATTEMPTS && attemptsWithSkips === 0) {
       attempts++;
       const skippedBefore = await skipped();
@@ -146,6 +161,7 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
       assert.equal(stalled.errno, 110, `the ${mode} failed with ETIMEDOUT: ${out}`);
       if (eventWhile === "open") await waitFor(`attempt ${attempts}: the loss event, the socket still open`, eventOf, 15_000);
       if ((await skipped()) > skippedBefore) attemptsWithSkips++;
+      if (eventOf()) seenOpen++;
       writer.stdin.end();
       await exited;
       if (eventWhile === "released") {
@@ -157,11 +173,17 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
       const events = agent.events.filter((e) => e.pid === writer.pid);
       assert.equal(events.length, 1, `attempt ${attempts}: one event: ${JSON.stringify(events)}`);
       const [event] = events;
+      if (mode === "connect") {
+        assert.equal(event!.cause, "connect_failed", `attempt ${attempts}: ${JSON.stringify(event)}`);
+        assert.equal(event!.errno, "ETIMEDOUT", `attempt ${attempts}: ${JSON.stringify(event)}`);
+        assert.equal(event!.apiserver, `127.0.0.1:${blackholePort}`);
+        continue;
+      }
       assert.equal(event!.cause, "connection_reset", `attempt ${attempts}: ${JSON.stringify(event)}`);
       assert.equal(event!.errno, "ETIMEDOUT");
       assert.equal(event!.unanswered_bytes, stalled.sent, `attempt ${attempts}: every byte the client's kernel accepted is unanswered`);
     }
-    t.diagnostic(`${attempts} stalled connections, ${attemptsWithSkips} of them while the kernel skipped socket probe runs`);
+    t.diagnostic(`${attempts} stalled connections, ${attemptsWithSkips} of them while the kernel skipped socket probe runs, ${seenOpen} reported before the socket's release`);
     assert.ok(attemptsWithSkips > 0, `the other tool made the kernel skip none of the socket probe's runs in ${attempts} attempts`);
   }
 
@@ -170,6 +192,9 @@ describe("a close the kernel skipped the state probe for, on the real kernel", {
 
   it("a client waiting for the answer when its kernel gives up: the same loss, once the socket is released (the read took the error)", (t) =>
     stallUntilSkipped(t, "read", "released"));
+
+  it("a client whose connect times out (its SYNs dropped): one connect_failed (ETIMEDOUT), by the socket's release at the latest", (t) =>
+    stallUntilSkipped(t, "connect", "released"));
 
   it("a client on OpenSSL that a TLS program follows: the same loss, with the plaintext it handed to TLS unanswered", async (t) => {
     // connectionDeaths (3b)'s client and apiserver: a keep-alive HTTPS connection, one answered request, then a
