@@ -261,8 +261,10 @@ export class GoRequests {
       const key = `${record.pid}|${record.stream}`;
       const assembling = this.#assembling.get(key);
       if (assembling === undefined) {
+        // A path's first piece starts it afresh: pieces left by an earlier
+        // stream at the same address (a request not followed) are not its.
         const late = this.#latePaths.get(key);
-        if (late === undefined) this.#latePaths.set(key, { parts: [{ offset: record.offset, text: record.part }], seenNs: null });
+        if (late === undefined || record.offset === 0) this.#latePaths.set(key, { parts: [{ offset: record.offset, text: record.part }], seenNs: null });
         else late.parts.push({ offset: record.offset, text: record.part });
         return;
       }

@@ -234,6 +234,21 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(drops, []);
   });
 
+  it("a path printed for a stream starts afresh: pieces an earlier request at the same address left are not its", () => {
+    const { go, losses } = harness();
+    const other = STATUS_PATH.replace("w1", "elsewhere");
+    feed(go, [
+      held(1n * MS, 3, "PATCH", other, { port: 8443, addr: "10.0.0.9" }),
+      ...late(3, other),
+      headers(2n * MS, 3, 500),
+      held(3n * MS, 3, "PATCH", STATUS_PATH),
+      ...late(3, STATUS_PATH),
+      headers(4n * MS, 3, 500),
+    ]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses.map((l) => l.request?.path), [STATUS_PATH]);
+  });
+
   it("follows requests to apiservers only, and reports status writes only", () => {
     const { go, losses } = harness();
     feed(go, [
