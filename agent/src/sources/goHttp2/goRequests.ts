@@ -140,8 +140,8 @@ interface Conn {
 /** go_request's pathNow when the program's in-flight map could not take the request (go_http2.bt). */
 const PATH_NOW_MAP_FULL = 2;
 
-/** How long past the hold late path pieces of a request not followed are kept. */
-const LATE_PATH_KEEP_NS = 1_000_000_000n;
+/** How long past the hold and an abort's grace late path pieces of a request not followed are kept: well past the live clock's idle tick (1 s). */
+const LATE_PATH_KEEP_NS = 10_000_000_000n;
 
 /**
  * A clean close by TCP state when the read loop ended: the server's FIN came
@@ -299,12 +299,13 @@ export class GoRequests {
   }
 
   /**
-   * Late path pieces whose line has long been applied: their request was not
-   * followed (not to an apiserver). Their line came with them, so a second
-   * past the hold is plenty.
+   * Late path pieces whose line has long been applied and judged: their
+   * request was not followed (not to an apiserver). A piece is stamped by the
+   * first drain after it came, whose time may be before it came: the live
+   * clock steps through the ticks it slept over (a second at most, idle).
    */
   #forgetLatePaths(nowNs: bigint): void {
-    const before = nowNs - this.#o.holdNs - LATE_PATH_KEEP_NS;
+    const before = nowNs - this.#o.holdNs - this.#o.abortGraceNs - LATE_PATH_KEEP_NS;
     for (const [key, late] of this.#latePaths.entries()) {
       if (late.seenNs === null) late.seenNs = nowNs;
       else if (late.seenNs < before) this.#latePaths.delete(key);

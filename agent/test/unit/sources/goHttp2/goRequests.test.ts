@@ -203,6 +203,15 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.ok(path.startsWith(long.slice(0, 240)) && path.endsWith(long.slice(-120)) && path.includes("…"), path);
   });
 
+  it("keeps a late path for its abort's verdict when the clock steps through the ticks it slept over", () => {
+    const { go, losses } = harness();
+    feed(go, [held(0n, 3, "PATCH", STATUS_PATH)]);
+    go.drain(1000n * MS); // idle: the live clock's next wake is a second later
+    feed(go, [...late(3, STATUS_PATH), abort(1990n * MS, 3)]);
+    for (let t = 1025n; t <= 2500n; t += 25n) go.drain(t * MS); // the ticks from the last wake on, as GraphClock.advance steps them
+    assert.deepEqual(losses.map((l) => [l.cause, l.request?.path]), [["client_gave_up", STATUS_PATH]]);
+  });
+
   it("a 2xx printed without its path is no status write's answer: nothing waited for it; with its path it is", () => {
     const { go, answered, losses } = harness();
     feed(go, [held(1n * MS, 3, "PATCH", STATUS_PATH), headers(2n * MS, 3, 200), held(3n * MS, 5, "PATCH", STATUS_PATH), ...late(5, STATUS_PATH), headers(4n * MS, 5, 200)]);
@@ -224,12 +233,12 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
   it("lets go of the late path pieces of a request it does not follow, without counting a drop", () => {
     const { go, losses, drops } = harness({ capacity: 4 });
     for (let i = 0; i < 8; i++) {
-      const t = BigInt(i) * 2000n * MS;
+      const t = BigInt(i) * 20_000n * MS;
       feed(go, [held(t, 3 + 2 * i, "PATCH", STATUS_PATH, { port: 8443, addr: "10.0.0.9" }), ...late(3 + 2 * i, STATUS_PATH), headers(t + MS, 3 + 2 * i, 500)]);
       go.drain(t + 1000n * MS);
     }
-    feed(go, [held(20_000n * MS, 41, "PATCH", STATUS_PATH), ...late(41, STATUS_PATH), headers(20_001n * MS, 41, 500)]);
-    go.drain(21_000n * MS);
+    feed(go, [held(200_000n * MS, 41, "PATCH", STATUS_PATH), ...late(41, STATUS_PATH), headers(200_001n * MS, 41, 500)]);
+    go.drain(201_000n * MS);
     assert.deepEqual(losses.map((l) => [l.request?.streamId, l.request?.path]), [[41, STATUS_PATH]]);
     assert.deepEqual(drops, []);
   });
