@@ -27,15 +27,17 @@
 // The lines of one program come from per-CPU buffers, so two goroutines'
 // lines can arrive out of order (a response's headers after the abort that
 // followed them). Lines are therefore applied in kernel-time order, each
-// once it is `holdNs` old. A request's path is mostly held in the kernel
-// while it is in flight (go_http2.bt, IN FLIGHT): its go_path lines come
-// right before the line that ends it (an answer that is no 2xx, or a 2xx a
-// rejection may be waiting for; a reset, a GOAWAY, the connection's end, an
-// abort), and are kept by stream until its request is taken. A 2xx answer
-// printed without them leaves the request's path empty: nothing waits for it,
-// and it is no status write to report. Socket-path losses of a process whose requests
+// once it is `holdNs` old. Socket-path losses of a process whose requests
 // this path follows wait in the same order and are dropped (all but failed
 // connects, which no request line describes): one lost request, one event.
+//
+// A request's path is mostly held in the kernel while it is in flight
+// (go_http2.bt, IN FLIGHT): its go_path lines come right before the line
+// that ends it (an answer that is no 2xx, or a 2xx a rejection may be
+// waiting for; a reset, a GOAWAY, the connection's end, an abort), and are
+// kept by stream until its request is taken. A 2xx answer printed without
+// them leaves the request's path empty: nothing waits for it, and it is no
+// status write to report.
 import { BoundedMap } from "../../boundedMap.ts";
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
