@@ -1,7 +1,8 @@
 // `npm run bench:go`: what the Go HTTP/2 probe costs the operator it follows,
 // in added CPU nanoseconds per request, measured side by side in one run.
 //
-// USAGE: npm run bench:go -- [--rounds N] [--requests N]   (root, bpftrace, go)
+// USAGE: npm run bench:go -- [--rounds N] [--requests N] [--compare TREE]
+//        (root, bpftrace, go)
 //
 // WHAT RUNS. go-request-loop (agent/bench/go-request-loop, built here twice:
 // stripped with -s -w, as most operator images ship, and with its symbol
@@ -26,7 +27,11 @@
 // phase the probe must have printed a line for every request, so the
 // measured path is the probed one. Also printed: uprobe hits per request
 // (the program counts them), how long bpftrace took to compile and attach the
-// program, and its resident memory once attached.
+// program, and its resident memory once attached. With --compare TREE
+// (another checkout of lostwrite, e.g. a git worktree of main), the program
+// TREE renders for each probed client past the stack check runs as two more
+// phases of the same rounds: a change to the program measured side by side
+// with the one before it.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -46,9 +51,19 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 /** Timed runs per phase; the fastest is kept. */
 const RUNS_PER_PHASE = 3;
 
-function options(): { rounds: number; requests: number } {
-  const { values } = parseArgs({ options: { rounds: { type: "string" }, requests: { type: "string" } }, strict: true });
-  return { rounds: positiveOption("rounds", values.rounds, 5), requests: positiveOption("requests", values.requests, 5000) };
+function options(): { rounds: number; requests: number; compare: string | null } {
+  const { values } = parseArgs({ options: { rounds: { type: "string" }, requests: { type: "string" }, compare: { type: "string" } }, strict: true });
+  return { rounds: positiveOption("rounds", values.rounds, 5), requests: positiveOption("requests", values.requests, 5000), compare: values.compare ?? null };
+}
+
+type Render = typeof renderGoProgram;
+
+/** The Go program renderer of another checkout (--compare): its own template, rendered by its own code. */
+async function comparedRenderer(tree: string): Promise<Render> {
+  const file = path.resolve(tree, "agent/src/sources/goHttp2/goProbeProgram.ts");
+  const loaded = (await import(file)) as { renderGoProgram?: Render };
+  if (typeof loaded.renderGoProgram !== "function") throw new Error(`--compare ${tree}: ${file} has no renderGoProgram`);
+  return loaded.renderGoProgram;
 }
 
 /** utime + stime of a process, ns (clock ticks of 10 ms: read over many requests). */
@@ -136,7 +151,8 @@ async function hitsPerRequest(client: Client, placement: ProbePlacement, dir: st
 }
 
 async function main(): Promise<void> {
-  const { rounds, requests } = options();
+  const { rounds, requests, compare } = options();
+  const renderCompared = compare === null ? null : await comparedRenderer(compare);
   if (process.getuid?.() !== 0) throw new Error("needs root (bpftrace loads BPF programs)");
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-go-"));
   const source = path.join(here, "go-request-loop");
@@ -157,30 +173,37 @@ async function main(): Promise<void> {
     if (!("file" in written)) throw new Error(`cannot name the probe points of the client with symbols: ${written.reason}`);
     symbolFiles.push(written.file);
 
-    const render = (client: Client, placement: ProbePlacement, pids: number[]): string =>
-      renderGoProgram({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids, execWatch: false });
-    const phases = {
+    const render = (client: Client, placement: ProbePlacement, pids: number[], renderer: Render = renderGoProgram): string =>
+      renderer({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids, execWatch: false });
+    type Phase = "none" | "probe" | "symbolsNone" | "symbols" | "entry" | "unfollowed" | "probeCompared" | "symbolsCompared";
+    const phases: Partial<Record<Phase, { label: string; client: Client; program: string | null; baseline: Phase | null }>> = {
       none: { label: "stripped, no probe", client: strip, program: null, baseline: null },
       probe: { label: "stripped, probed past the stack check", client: strip, program: render(strip, "stack check branch", [strip.process.pid]), baseline: "none" },
       symbolsNone: { label: "with symbols, no probe", client: sym, program: null, baseline: null },
       symbols: { label: "with symbols, probed past the stack check (named)", client: sym, program: render(sym, "named branch", [sym.process.pid]), baseline: "symbolsNone" },
       entry: { label: "with symbols, probed at the entries", client: sym, program: render(sym, "entry", [sym.process.pid]), baseline: "symbolsNone" },
       unfollowed: { label: "stripped, program following no process", client: strip, program: render(strip, "stack check branch", []), baseline: "none" },
-    } as const;
-    type Phase = keyof typeof phases;
+      ...(renderCompared === null
+        ? {}
+        : {
+            probeCompared: { label: `stripped, past the stack check, ${compare}'s program`, client: strip, program: render(strip, "stack check branch", [strip.process.pid], renderCompared), baseline: "none" },
+            symbolsCompared: { label: `with symbols, named, ${compare}'s program`, client: sym, program: render(sym, "named branch", [sym.process.pid], renderCompared), baseline: "symbolsNone" },
+          }),
+    };
     const order = Object.keys(phases) as Phase[];
-    const empty = (): Record<Phase, number[]> => ({ none: [], probe: [], symbolsNone: [], symbols: [], entry: [], unfollowed: [] });
+    const phaseOf = (phase: Phase) => phases[phase]!;
+    const empty = (): Record<Phase, number[]> => Object.fromEntries(order.map((phase) => [phase, []])) as unknown as Record<Phase, number[]>;
     const cost = empty();
     const wall = empty();
     const serverCost = empty();
     const attach: number[] = [];
     const rss: number[] = [];
-    const lostLines: Record<Phase, number> = { none: 0, probe: 0, symbolsNone: 0, symbols: 0, entry: 0, unfollowed: 0 };
+    const lostLines = Object.fromEntries(order.map((phase) => [phase, 0])) as Record<Phase, number>;
     const measure = async (phase: Phase): Promise<void> => {
       let best = { cpu: Infinity, wall: Infinity, server: Infinity };
       for (let run = 0; run < RUNS_PER_PHASE; run++) {
         const serverBefore = processCpuNs(server.pid);
-        const [cpuNs, wallNs] = (await phases[phase].client.process.request(String(requests))).split(" ").map(Number) as [number, number];
+        const [cpuNs, wallNs] = (await phaseOf(phase).client.process.request(String(requests))).split(" ").map(Number) as [number, number];
         const serverNs = (processCpuNs(server.pid) - serverBefore) / requests;
         if (cpuNs < best.cpu) best = { cpu: cpuNs, wall: wallNs, server: serverNs };
       }
@@ -196,7 +219,7 @@ async function main(): Promise<void> {
     for (let round = 0; round < rounds; round++) {
       // Rotated every round, so that no phase always runs first or last.
       for (const phase of order.map((_, i) => order[(i + round) % order.length]!)) {
-        const { program } = phases[phase];
+        const { program } = phaseOf(phase);
         if (program === null) {
           await measure(phase);
           continue;
@@ -218,17 +241,17 @@ async function main(): Promise<void> {
         await probe.stop();
         if (phase === "unfollowed" && requestLines > 0) throw new Error(`a program following no process printed ${requestLines} requests`);
         // A line bpftrace lost was printed all the same (the probe ran): the probed path, whose cost is measured.
-        if (phase !== "unfollowed" && requestLines + lost < requests * RUNS_PER_PHASE) throw new Error(`${phases[phase].label}: the probe saw ${requestLines} of ${requests * RUNS_PER_PHASE} requests (${lost} lines lost in its perf buffers): not the probed path`);
+        if (phase !== "unfollowed" && requestLines + lost < requests * RUNS_PER_PHASE) throw new Error(`${phaseOf(phase).label}: the probe saw ${requestLines} of ${requests * RUNS_PER_PHASE} requests (${lost} lines lost in its perf buffers): not the probed path`);
         lostLines[phase] += lost;
       }
     }
-    const added = (phase: Phase): number[] => cost[phase].map((ns, i) => ns - cost[phases[phase].baseline ?? phase][i]!);
+    const added = (phase: Phase): number[] => cost[phase].map((ns, i) => ns - cost[phaseOf(phase).baseline ?? phase][i]!);
     const row = (label: string, values: number[]): string => `${label.padEnd(58)} ${median(values).toFixed(0).padStart(8)}   (${Math.min(...values).toFixed(0)}–${Math.max(...values).toFixed(0)})`;
     console.log(`Go HTTP/2 request cost: ${rounds} rounds × ${RUNS_PER_PHASE} runs × ${requests} sequential status PATCHes, one connection per client`);
     console.log(`kernel ${os.release()}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, ${strip.inspected.goVersion}, x/net ${strip.inspected.xNet?.version ?? "?"}, ${strip.inspected.families.map((f) => f.name).join(" + ")} probed`);
     console.log("                                                             median   (range)");
     for (const phase of order) {
-      const { label, baseline } = phases[phase];
+      const { label, baseline } = phaseOf(phase);
       console.log(row(`client CPU ns/request, ${label}`, cost[phase]));
       if (baseline === null) continue;
       console.log(row("  added CPU ns/request (per-round pairs)", added(phase)));

@@ -296,6 +296,7 @@ export class LossGraph {
         : {}),
       forward: (event: SocketEvent, identity: ProcessIdentity) => correlator.addSocketEvent(event, identity),
       onDrop: (reason) => metrics.eventsDropped.inc({ stage: "go_requests", reason }),
+      onKernelInflightFull: () => metrics.eventsDropped.inc({ stage: "go_inflight", reason: "capacity" }),
     });
   }
 

@@ -53,7 +53,7 @@ export class UprobeSources {
       nowNs: () => process.hrtime.bigint(),
     };
     this.go = config["go-probes"]
-      ? new GoProbes({ ...context, lines: opts.goLines, ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
+      ? new GoProbes({ ...context, lines: opts.goLines, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
       : null;
     // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
     // 1.3 session ticket arriving after the first request is no answer. The TLS

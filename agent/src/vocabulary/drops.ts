@@ -20,6 +20,7 @@ export const DROP_STAGES = [
   "otlp_senders",
   "go_probes",
   "go_requests",
+  "go_inflight",
   "tls_answers",
 ] as const;
 export type DropStage = (typeof DROP_STAGES)[number];

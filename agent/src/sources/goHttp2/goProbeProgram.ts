@@ -19,6 +19,16 @@ export const PATH_PART_BYTES = 120;
 /** Path pieces printed at most: the first two and the last, so a status write is told even in a path longer than that. */
 export const PATH_PARTS = 3;
 
+/**
+ * Slots per connection for requests in flight in the kernel (go_http2.bt,
+ * IN FLIGHT): a power of two. A connection's end walks them all; a request
+ * whose slot an older stream holds has its path printed at once.
+ */
+const INFLIGHT_SLOTS = 16;
+
+/** How long after a rejection the program goes on printing a process's 2xx answers with their paths, past the correlation window: the agent's hold and lag. */
+const ANSWER_WATCH_MARGIN_MS = 10_000;
+
 /** What the Go programs add to bpftrace's environment: strings as long as a path piece. */
 export const GO_PROBE_ENV = { BPFTRACE_STRLEN: String(PATH_PART_BYTES + 8) } as const;
 
@@ -40,12 +50,18 @@ interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
    * takes then.
    */
   probePlacement?: ProbePlacement;
+  /**
+   * The correlation window (ms, default the correlator's 10 s): how long a
+   * rejected write waits for a 2xx of the same write, which the program
+   * prints with its path only that long after a rejection of the process.
+   */
+  correlationWindowMs?: number;
 }
 
 const TEMPLATE = "go_http2.bt";
 
 /** The template's sections (`// @name` lines start them). */
-const SECTIONS = ["socket-of-cc", "peer-of-socket", "end", ...HTTP2_FUNCTIONS] as const;
+const SECTIONS = ["socket-of-cc", "peer-of-socket", "print-path", "end", ...HTTP2_FUNCTIONS] as const;
 
 /** The byte offsets the template reads at, by placeholder: the family's layout, each field as the probe adds it to the pointer it holds. */
 function layoutValues(l: Http2Layout): Record<string, number> {
@@ -77,6 +93,8 @@ function layoutValues(l: Http2Layout): Record<string, number> {
     PATH_PART: PATH_PART_BYTES,
     TWO_PATH_PARTS: 2 * PATH_PART_BYTES,
     THREE_PATH_PARTS: PATH_PARTS * PATH_PART_BYTES,
+    SLOTS: INFLIGHT_SLOTS,
+    SLOT_MASK: INFLIGHT_SLOTS - 1,
   };
 }
 
@@ -102,13 +120,20 @@ export function renderGoProgram(target: GoProbeTarget): string {
   if (/["\s]/.test(target.binary)) throw new RangeError(`Go probe binary path must not hold quotes or spaces: "${target.binary}"`);
   if (target.families.length === 0) throw new RangeError(`Go probe for ${target.binary}: no HTTP/2 family to probe`);
   const t = templateSections(TEMPLATE, SECTIONS);
-  const fragments = { SOCKET_OF_CC: nonEmpty(t["socket-of-cc"]).join("\n"), PEER_OF_SOCKET: nonEmpty(t["peer-of-socket"]).join("\n") };
+  const windowMs = target.correlationWindowMs ?? 10_000;
+  if (!Number.isFinite(windowMs) || windowMs < 0) throw new RangeError(`Go probe correlationWindowMs: expected a duration in ms, got ${windowMs}`);
+  const answerWatchNs = BigInt(Math.ceil(windowMs) + ANSWER_WATCH_MARGIN_MS) * 1_000_000n;
+  const fragments = {
+    SOCKET_OF_CC: nonEmpty(t["socket-of-cc"]).join("\n"),
+    PEER_OF_SOCKET: nonEmpty(t["peer-of-socket"]).join("\n"),
+    PRINT_PATH: nonEmpty(t["print-path"]).join("\n"),
+  };
   const probes = target.families.flatMap((family) => {
     const offsets = layoutValues(family.layout);
     return HTTP2_FUNCTIONS.map((fn) => {
       const location = family.functions[fn];
-      const text = nonEmpty(t[fn]).join("\n").replace(/^__(SOCKET_OF_CC|PEER_OF_SOCKET)__$/gm, (_, name: keyof typeof fragments) => fragments[name]);
-      const probe = fill(text, { ...offsets, BINARY: target.binary, AT: attachPoint(target.probePlacement, family.name, fn, location), FOLLOWED, ANNOUNCE });
+      const text = nonEmpty(t[fn]).join("\n").replace(/^__(SOCKET_OF_CC|PEER_OF_SOCKET|PRINT_PATH)__$/gm, (_, name: keyof typeof fragments) => fragments[name]);
+      const probe = fill(text, { ...offsets, ANSWER_WATCH_NS: answerWatchNs.toString(), BINARY: target.binary, AT: attachPoint(target.probePlacement, family.name, fn, location), FOLLOWED, ANNOUNCE });
       return `// ${location.symbol}\n${probe}`;
     });
   });

@@ -34,6 +34,8 @@ interface GoProbesOptions extends UprobeContext {
    * binaries are probed at their functions' entries.
    */
   probeSymbolRoot?: string | null;
+  /** The correlation window (ms): how long after a rejection a program prints a process's 2xx answers with their paths (go_http2.bt, IN FLIGHT). */
+  correlationWindowMs?: number;
 }
 
 export class GoProbes {
@@ -56,7 +58,7 @@ export class GoProbes {
   readonly #symbolFiles = new Map<string, string>();
 
   constructor(opts: GoProbesOptions) {
-    this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, onLine: () => {}, ...opts };
+    this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, correlationWindowMs: 10_000, onLine: () => {}, ...opts };
     this.#latestPid = new BoundedMap(this.#o.binaryCapacity, () => this.#o.metrics.eventsDropped.inc({ stage: "go_probes", reason: "capacity" }));
     const { lines, metrics } = this.#o;
     this.#programs = new UprobePrograms({
@@ -117,7 +119,7 @@ export class GoProbes {
         get path() {
           return exe(latestPid());
         },
-        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), ...follow }),
+        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), correlationWindowMs: this.#o.correlationWindowMs, ...follow }),
         flags: ["--unsafe"],
         env: { ...GO_PROBE_ENV },
         details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },

@@ -30,6 +30,14 @@
 // once it is `holdNs` old. Socket-path losses of a process whose requests
 // this path follows wait in the same order and are dropped (all but failed
 // connects, which no request line describes): one lost request, one event.
+//
+// A request's path is mostly held in the kernel while it is in flight
+// (go_http2.bt, IN FLIGHT): its go_path lines come right before the line
+// that ends it (an answer that is no 2xx, or a 2xx a rejection may be
+// waiting for; a reset, a GOAWAY, the connection's end, an abort), and are
+// kept by stream until its request is taken. A 2xx answer printed without
+// them leaves the request's path empty: nothing waits for it, and it is no
+// status write to report.
 import { BoundedMap } from "../../boundedMap.ts";
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
@@ -64,8 +72,9 @@ export interface GoRequest {
   stream: bigint;
   streamId: number;
   method: string;
-  /** The URL path; "…" marks bytes left out of a path too long to print whole. */
+  /** The URL path; "…" marks bytes left out of a path too long to print whole. Empty while the kernel holds it (pathLen then says how long it is). */
   path: string;
+  pathLen: number;
   /** The connection's peer, "host:port"; null when it could not be read. */
   peer: string | null;
   writtenNs: bigint;
@@ -99,6 +108,8 @@ export interface GoRequestsOptions {
   forward: (event: SocketEvent, identity: ProcessIdentity) => void;
   /** Something did not fit: the stage and reason of lostwrite_events_dropped_total. */
   onDrop: (reason: "capacity") => void;
+  /** The program's in-flight map was full: a request came with its path at once, as before the map (nothing lost: its cost). */
+  onKernelInflightFull?: () => void;
   /** How old a line must be before it is applied (default 50 ms). */
   holdNs?: bigint;
   /** How long after an abort a reset or connection end still explains it (default 100 ms). */
@@ -115,13 +126,24 @@ type Queued = { ts: bigint } & (
 
 interface Assembling {
   record: PrintfRecordOf<"go_request">;
-  parts: { offset: number; text: string }[];
+  parts: PathPart[];
   expected: number;
+}
+
+interface PathPart {
+  offset: number;
+  text: string;
 }
 
 interface Conn {
   streams: Map<number, GoRequest>;
 }
+
+/** go_request's pathNow when the program's in-flight map could not take the request (go_http2.bt). */
+const PATH_NOW_MAP_FULL = 2;
+
+/** How long past the hold and an abort's grace late path pieces of a request not followed are kept: well past the live clock's idle tick (1 s). */
+const LATE_PATH_KEEP_NS = 10_000_000_000n;
 
 /**
  * A clean close by TCP state when the read loop ended: the server's FIN came
@@ -142,6 +164,13 @@ export class GoRequests {
   readonly #queue: Queued[] = [];
   /** pid|stream → a request whose path parts are still coming; past capacity the oldest is dropped, counted. */
   readonly #assembling: BoundedMap<string, Assembling>;
+  /**
+   * pid|stream → the path pieces the kernel printed for a request it held,
+   * until the request is taken; past capacity the oldest is dropped, counted.
+   * Those of a request this path does not follow (no apiserver's) are let go
+   * by age: `seenNs`, the first drain that saw them.
+   */
+  readonly #latePaths: BoundedMap<string, { parts: PathPart[]; seenNs: bigint | null }>;
   /** Aborted streams waiting for their verdict, in kernel-time order. */
   readonly #aborts: { conn: string; streamId: number; stream: bigint; atNs: bigint }[] = [];
   readonly #conns = new Map<string, Conn>();
@@ -162,9 +191,11 @@ export class GoRequests {
       onAttached: () => {},
       onRequest: () => {},
       onConnectionLoss: () => {},
+      onKernelInflightFull: () => {},
       ...opts,
     };
     this.#assembling = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
+    this.#latePaths = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
   }
 
   /**
@@ -211,20 +242,34 @@ export class GoRequests {
       this.#conns.delete(key);
     }
     for (const key of this.#assembling.keys()) if (key.startsWith(`${pid}|`)) this.#assembling.delete(key);
+    for (const key of this.#latePaths.keys()) if (key.startsWith(`${pid}|`)) this.#latePaths.delete(key);
   }
 
   /** A line of a Go program. */
   add(record: GoRecord): void {
     if (record.type === "go_request") {
-      const expected = record.pathLen <= PATH_PART_BYTES ? 1 : Math.min(PATH_PARTS, Math.ceil(record.pathLen / PATH_PART_BYTES));
-      this.#assembling.set(`${record.pid}|${record.stream}`, { record, parts: [], expected });
+      if (record.pathNow === PATH_NOW_MAP_FULL) this.#o.onKernelInflightFull();
+      if (record.pathNow === 0) {
+        // Its path stays in the kernel: followed without it.
+        this.#enqueue({ ts: record.ts, kind: "go", record, request: requestOf({ record, parts: [], expected: 0 }) });
+        return;
+      }
+      this.#assembling.set(`${record.pid}|${record.stream}`, { record, parts: [], expected: partsOf(record.pathLen) });
       return;
     }
     if (record.type === "go_path") {
-      // Printed by the same probe run, right after its go_request: never reordered.
+      // Printed by the same probe run as the line it goes with (its go_request
+      // after it, the answer or death before it): never reordered.
       const key = `${record.pid}|${record.stream}`;
       const assembling = this.#assembling.get(key);
-      if (assembling === undefined) return;
+      if (assembling === undefined) {
+        // A path's first piece starts it afresh: pieces left by an earlier
+        // stream at the same address (a request not followed) are not its.
+        const late = this.#latePaths.get(key);
+        if (late === undefined || record.offset === 0) this.#latePaths.set(key, { parts: [{ offset: record.offset, text: record.part }], seenNs: null });
+        else late.parts.push({ offset: record.offset, text: record.part });
+        return;
+      }
       assembling.parts.push({ offset: record.offset, text: record.part });
       if (assembling.parts.length < assembling.expected) return;
       this.#assembling.delete(key);
@@ -252,6 +297,21 @@ export class GoRequests {
     while (applied < this.#queue.length && this.#queue[applied]!.ts <= until) applied++;
     for (const entry of this.#queue.splice(0, applied)) this.#apply(entry);
     this.#judgeAborts(until - this.#o.abortGraceNs);
+    this.#forgetLatePaths(nowNs);
+  }
+
+  /**
+   * Late path pieces whose line has long been applied and judged: their
+   * request was not followed (not to an apiserver). A piece is stamped by the
+   * first drain after it came, whose time may be before it came: the live
+   * clock steps through the ticks it slept over (a second at most, idle).
+   */
+  #forgetLatePaths(nowNs: bigint): void {
+    const before = nowNs - this.#o.holdNs - this.#o.abortGraceNs - LATE_PATH_KEEP_NS;
+    for (const [key, late] of this.#latePaths.entries()) {
+      if (late.seenNs === null) late.seenNs = nowNs;
+      else if (late.seenNs < before) this.#latePaths.delete(key);
+    }
   }
 
   /** Applies everything waiting (shutdown). */
@@ -270,8 +330,7 @@ export class GoRequests {
     for (const abort of this.#aborts.splice(0, judged)) {
       const open = this.#conns.get(abort.conn)?.streams.get(abort.streamId);
       if (open === undefined || open.stream !== abort.stream) continue; // answered or ended otherwise meanwhile
-      this.#take(abort.conn, abort.streamId);
-      this.#lose(open, "client_gave_up", abort.atNs, null);
+      this.#lose(this.#take(abort.conn, abort.streamId)!, "client_gave_up", abort.atNs, null);
     }
   }
 
@@ -330,9 +389,9 @@ export class GoRequests {
       case "go_goaway": {
         const conn = this.#conns.get(connKey(record.pid, record.conn));
         if (conn === undefined) return;
-        for (const [id, request] of [...conn.streams]) {
+        for (const id of [...conn.streams.keys()]) {
           if (id <= record.lastStreamId) continue;
-          this.#take(connKey(record.pid, record.conn), id);
+          const request = this.#take(connKey(record.pid, record.conn), id)!;
           this.#o.onRetry(eventOf(request, "connection_closed_unanswered", record.ts, null), "goaway");
         }
         return;
@@ -390,13 +449,19 @@ export class GoRequests {
     this.#followed++;
   }
 
+  /** A request followed no more, with its path when the kernel held it and printed it since. */
   #take(conn: string, streamId: number): GoRequest | undefined {
     const streams = this.#conns.get(conn)?.streams;
     const request = streams?.get(streamId);
     if (request === undefined) return undefined;
     streams!.delete(streamId);
     this.#followed--;
-    return request;
+    if (request.path !== "" || request.pathLen === 0) return request;
+    const key = `${request.pid}|${request.stream}`;
+    const late = this.#latePaths.get(key);
+    if (late === undefined) return request;
+    this.#latePaths.delete(key);
+    return { ...request, path: pathOf(late.parts) };
   }
 
   #answered(record: PrintfRecordOf<"go_headers">): void {
@@ -456,10 +521,20 @@ function connKey(pid: number, conn: bigint): string {
   return `${pid}|${conn}`;
 }
 
-function requestOf({ record, parts }: Assembling): GoRequest {
+/** How many go_path lines print a path of `pathLen` bytes. */
+function partsOf(pathLen: number): number {
+  return pathLen <= PATH_PART_BYTES ? 1 : Math.min(PATH_PARTS, Math.ceil(pathLen / PATH_PART_BYTES));
+}
+
+/** The path from its printed pieces; "…" where bytes between them were left out. */
+function pathOf(parts: PathPart[]): string {
   const sorted = parts.sort((a, b) => a.offset - b.offset);
   let path = "";
   for (const part of sorted) path += part.offset > path.length ? `…${part.text}` : part.text.slice(path.length - part.offset);
+  return path;
+}
+
+function requestOf({ record, parts }: Assembling): GoRequest {
   return {
     pid: record.pid,
     tid: record.tid,
@@ -467,7 +542,8 @@ function requestOf({ record, parts }: Assembling): GoRequest {
     stream: record.stream,
     streamId: record.streamId,
     method: record.method,
-    path,
+    path: pathOf(parts),
+    pathLen: record.pathLen,
     peer: record.port === 0 ? null : formatHostPort(record.addr, record.port),
     writtenNs: record.ts,
   };

@@ -62,9 +62,12 @@ export const PROBE_FAMILIES = {
     unfollow: UNFOLLOW,
     // A request got its stream: conn and stream are Go's *ClientConn and
     // *clientStream (addresses, the keys of everything after), port and addr
-    // the connection's peer read through its file descriptor.
-    go_request: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64", streamId: "int", pathLen: "int", method: "word", port: "int", addr: "word" },
-    // One piece of that request's URL path (long paths come in several).
+    // the connection's peer read through its file descriptor. pathNow: 0, the
+    // request is held in the kernel and its path comes only before a line
+    // that needs it (go_http2.bt, IN FLIGHT); 1 or 2, its path follows at once.
+    go_request: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64", streamId: "int", pathLen: "int", pathNow: "int", method: "word", port: "int", addr: "word" },
+    // One piece of a request's URL path (long paths come in several): right
+    // after its go_request, or right before the line its death or answer prints.
     go_path: { pid: "int", stream: "u64", offset: "int", part: "rest" },
     // Response headers: name and value of the first field, :status for a response.
     go_headers: { ts: "u64", pid: "int", conn: "u64", streamId: "int", name: "word", value: "word" },

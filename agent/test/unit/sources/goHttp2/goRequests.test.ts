@@ -9,7 +9,7 @@ const CONN = 0xc000182000n;
 const STATUS_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status";
 const WATCH_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets";
 
-function harness(opts: Partial<Pick<GoRequestsOptions, "capacity" | "onRequest" | "onConnectionLoss" | "onAttached">> = {}) {
+function harness(opts: Partial<Pick<GoRequestsOptions, "capacity" | "onRequest" | "onConnectionLoss" | "onAttached" | "onKernelInflightFull">> = {}) {
   const losses: SocketEvent[] = [];
   const retries: { event: SocketEvent; code: RetryCode }[] = [];
   const forwarded: SocketEvent[] = [];
@@ -31,11 +31,21 @@ function harness(opts: Partial<Pick<GoRequestsOptions, "capacity" | "onRequest" 
 function request(ts: bigint, streamId: number, method: string, path: string, peer = { port: 443, addr: "10.96.0.1" }): GoRecord[] {
   const stream = 0xc0000f0000n + BigInt(streamId);
   const lines: GoRecord[] = [
-    { type: "go_request", ts, pid: PID, tid: PID + 1, conn: CONN, stream, streamId, pathLen: path.length, method, ...peer },
+    { type: "go_request", ts, pid: PID, tid: PID + 1, conn: CONN, stream, streamId, pathLen: path.length, pathNow: 1, method, ...peer },
   ];
   const offsets = path.length <= 120 ? [0] : path.length <= 240 ? [0, 120] : [0, 120, path.length > 360 ? path.length - 120 : 240];
   for (const offset of offsets) lines.push({ type: "go_path", pid: PID, stream, offset, part: path.slice(offset, offset + 120) });
   return lines;
+}
+
+/** A request the kernel holds in flight (go_http2.bt, IN FLIGHT): its line alone, its path printed later by late(). */
+function held(ts: bigint, streamId: number, method: string, path: string, peer = { port: 443, addr: "10.96.0.1" }): GoRecord {
+  return { type: "go_request", ts, pid: PID, tid: PID + 1, conn: CONN, stream: 0xc0000f0000n + BigInt(streamId), streamId, pathLen: path.length, pathNow: 0, method, ...peer };
+}
+
+/** A held request's path pieces, as the probe prints them right before the line that needs them. */
+function late(streamId: number, path: string): GoRecord[] {
+  return request(0n, streamId, "", path).filter((line) => line.type === "go_path");
 }
 
 const headers = (ts: bigint, streamId: number, status: number): GoRecord => ({
@@ -159,6 +169,93 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(losses.map((l) => [l.cause, l.request]), [["http_rejected", { method: "PATCH", path: STATUS_PATH, statusCode: 429, streamId: 3 }]]);
     assert.deepEqual(answered.map((a) => [a.kernelTimeNs, a.request?.statusCode, a.request?.streamId]), [[1004n * MS, 200, 5]], "status writes' answers only");
     assert.deepEqual(retries, [], "the correlator decides whether the refusal was retried");
+  });
+
+  it("a request whose path the kernel held is reported with the path printed before its end: rejected, reset, GOAWAY, closed, given up", () => {
+    const { go, losses, retries } = harness();
+    const long = STATUS_PATH.replace("w1", "n".repeat(400));
+    feed(go, [
+      held(1n * MS, 3, "PATCH", STATUS_PATH),
+      ...late(3, STATUS_PATH),
+      headers(2n * MS, 3, 409),
+      held(3n * MS, 5, "PUT", STATUS_PATH),
+      ...late(5, STATUS_PATH),
+      { type: "go_reset", ts: 4n * MS, pid: PID, conn: CONN, streamId: 5, code: 2 },
+      held(5n * MS, 7, "PATCH", STATUS_PATH),
+      held(6n * MS, 9, "PATCH", long),
+      ...late(9, long),
+      { type: "go_goaway", ts: 7n * MS, pid: PID, conn: CONN, lastStreamId: 7, code: 0 },
+      held(8n * MS, 11, "PATCH", STATUS_PATH),
+      ...late(11, STATUS_PATH),
+      abort(9n * MS, 11),
+    ]);
+    go.drain(400n * MS); // past the abort's grace: the client gave up
+    feed(go, [...late(7, STATUS_PATH), closed(500n * MS, 7)]);
+    go.drain(2000n * MS);
+    assert.deepEqual(losses.map((l) => [l.request?.streamId, l.cause, l.request?.path]), [
+      [3, "http_rejected", STATUS_PATH],
+      [5, "stream_reset", STATUS_PATH],
+      [11, "client_gave_up", STATUS_PATH],
+      [7, "connection_reset", STATUS_PATH],
+    ]);
+    assert.deepEqual(retries.map((r) => [r.event.request?.streamId, r.code]), [[9, "goaway"]]);
+    const path = retries[0]!.event.request!.path;
+    assert.ok(path.startsWith(long.slice(0, 240)) && path.endsWith(long.slice(-120)) && path.includes("…"), path);
+  });
+
+  it("keeps a late path for its abort's verdict when the clock steps through the ticks it slept over", () => {
+    const { go, losses } = harness();
+    feed(go, [held(0n, 3, "PATCH", STATUS_PATH)]);
+    go.drain(1000n * MS); // idle: the live clock's next wake is a second later
+    feed(go, [...late(3, STATUS_PATH), abort(1990n * MS, 3)]);
+    for (let t = 1025n; t <= 2500n; t += 25n) go.drain(t * MS); // the ticks from the last wake on, as GraphClock.advance steps them
+    assert.deepEqual(losses.map((l) => [l.cause, l.request?.path]), [["client_gave_up", STATUS_PATH]]);
+  });
+
+  it("a 2xx printed without its path is no status write's answer: nothing waited for it; with its path it is", () => {
+    const { go, answered, losses } = harness();
+    feed(go, [held(1n * MS, 3, "PATCH", STATUS_PATH), headers(2n * MS, 3, 200), held(3n * MS, 5, "PATCH", STATUS_PATH), ...late(5, STATUS_PATH), headers(4n * MS, 5, 200)]);
+    go.drain(1000n * MS);
+    assert.deepEqual(answered.map((a) => [a.request?.streamId, a.request?.path]), [[5, STATUS_PATH]]);
+    assert.deepEqual([losses, go.size.requests], [[], 0]);
+  });
+
+  it("counts a request the kernel's full in-flight map could not take, and follows it with the path that came with it", () => {
+    let full = 0;
+    const { go, losses } = harness({ onKernelInflightFull: () => full++ });
+    const lines = request(1n * MS, 3, "PATCH", STATUS_PATH);
+    feed(go, [{ ...(lines[0] as Extract<GoRecord, { type: "go_request" }>), pathNow: 2 }, ...lines.slice(1), headers(2n * MS, 3, 500)]);
+    go.drain(1000n * MS);
+    assert.equal(full, 1);
+    assert.deepEqual(losses.map((l) => [l.cause, l.request?.path]), [["http_rejected", STATUS_PATH]]);
+  });
+
+  it("lets go of the late path pieces of a request it does not follow, without counting a drop", () => {
+    const { go, losses, drops } = harness({ capacity: 4 });
+    for (let i = 0; i < 8; i++) {
+      const t = BigInt(i) * 20_000n * MS;
+      feed(go, [held(t, 3 + 2 * i, "PATCH", STATUS_PATH, { port: 8443, addr: "10.0.0.9" }), ...late(3 + 2 * i, STATUS_PATH), headers(t + MS, 3 + 2 * i, 500)]);
+      go.drain(t + 1000n * MS);
+    }
+    feed(go, [held(200_000n * MS, 41, "PATCH", STATUS_PATH), ...late(41, STATUS_PATH), headers(200_001n * MS, 41, 500)]);
+    go.drain(201_000n * MS);
+    assert.deepEqual(losses.map((l) => [l.request?.streamId, l.request?.path]), [[41, STATUS_PATH]]);
+    assert.deepEqual(drops, []);
+  });
+
+  it("a path printed for a stream starts afresh: pieces an earlier request at the same address left are not its", () => {
+    const { go, losses } = harness();
+    const other = STATUS_PATH.replace("w1", "elsewhere");
+    feed(go, [
+      held(1n * MS, 3, "PATCH", other, { port: 8443, addr: "10.0.0.9" }),
+      ...late(3, other),
+      headers(2n * MS, 3, 500),
+      held(3n * MS, 3, "PATCH", STATUS_PATH),
+      ...late(3, STATUS_PATH),
+      headers(4n * MS, 3, 500),
+    ]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses.map((l) => l.request?.path), [STATUS_PATH]);
   });
 
   it("follows requests to apiservers only, and reports status writes only", () => {

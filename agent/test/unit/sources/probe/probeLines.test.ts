@@ -55,7 +55,7 @@ type Expected =
   | { type: "beat"; ts: bigint }
   | { type: "follow"; ts: bigint; pid: number; since: bigint }
   | { type: "unfollow"; ts: bigint; pid: number }
-  | { type: "go_request"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint; streamId: number; pathLen: number; method: string; port: number; addr: string }
+  | { type: "go_request"; ts: bigint; pid: number; tid: number; conn: bigint; stream: bigint; streamId: number; pathLen: number; pathNow: number; method: string; port: number; addr: string }
   | { type: "go_path"; pid: number; stream: bigint; offset: number; part: string }
   | { type: "go_headers"; ts: bigint; pid: number; conn: bigint; streamId: number; name: string; value: string }
   | { type: "go_reset"; ts: bigint; pid: number; conn: bigint; streamId: number; code: number }
@@ -271,7 +271,7 @@ void describe("the generated Go HTTP/2 program", () => {
   void it("keys what it keeps between probes by pid too: two processes of one binary share heap addresses", () => {
     const uses = [...text.matchAll(/@go_\w+\[([^\]]*)\]/g)];
     assert.ok(uses.length >= 6, `the program keeps state: ${uses.length} uses`);
-    for (const [use, key] of uses) assert.match(key!, /^pid, /, use);
+    for (const [use, key] of uses) assert.match(key!, /^pid(, |$)/, use);
   });
 
   void it("refuses targets it cannot express, naming the value", () => {
@@ -280,6 +280,12 @@ void describe("the generated Go HTTP/2 program", () => {
     assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, programId: 255 }), /program id: expected 0…254, got 255/);
     assert.throws(() => renderGoProgram({ binary: '/a "b', families, ...follow }), /quotes or spaces: "\/a "b"/);
     assert.throws(() => renderGoProgram({ binary: "/x", families: [], ...follow }), /no HTTP\/2 family/);
+    assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, correlationWindowMs: -1 }), /correlationWindowMs: expected a duration in ms, got -1/);
+  });
+
+  void it("prints a process's 2xx answers with their paths for the correlation window and its margin after a rejection, no longer", () => {
+    const program = renderGoProgram({ binary: "/x", families, programId: 0, pids: [1], execWatch: false, correlationWindowMs: 2000 });
+    assert.match(program, /nsecs - @go_rejected\[pid\] < 12000000000\)/);
   });
 });
 
