@@ -4,7 +4,7 @@
 // them and must reach the same events. Times are CLOCK_MONOTONIC nanoseconds
 // as decimal strings: JSON numbers lose precision past 2^53.
 //
-//   {"t":"…","kind":"header","version":3,"node":"n1","clockOffsetNs":"…","recordedAt":"…","agent":{…}}
+//   {"t":"…","kind":"header","version":4,"node":"n1","clockOffsetNs":"…","recordedAt":"…","agent":{…}}
 //   {"t":"…","kind":"probe","line":"<raw bpftrace -f json line>"}
 //   {"t":"…","kind":"spans","peer":"127.0.0.1:40312","contentType":"application/x-protobuf","body":"<base64>",
 //    "sender":{"kind":"target","pid":4242,"nsPid":1,"comm":"manager","namespace":"ops","pod":"widget-7d9"}}
@@ -26,11 +26,14 @@
 // connection (a target process, a configured forwarder, or anything else),
 // so that replay judges the resources' claims as the live agent did. A
 // record without it (versions 1 and 2) is taken as its resources claim.
+// Version 4 added PATH_NOW to the Go program's go_request lines (whether the
+// path follows at once or stays in the kernel); an older file's are read
+// with PATH_NOW 1, as their paths did follow at once (upgradeGoProbeLine).
 import { z } from "zod";
 
-export const RECORD_FORMAT_VERSION = 3;
-/** The versions a reader takes: version 1's lines are upgraded as they are read. */
-export const READABLE_FORMAT_VERSIONS = [1, 2, 3] as const;
+export const RECORD_FORMAT_VERSION = 4;
+/** The versions a reader takes: older versions' lines are upgraded as they are read. */
+export const READABLE_FORMAT_VERSIONS = [1, 2, 3, 4] as const;
 const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached", "target"] as const;
 
 export interface HeaderRecord {
@@ -286,12 +289,28 @@ export function serializeRecord(record: RecordEntry): string {
 
 /** Fields before COMM in version 1's send and close lines, where version 2 put SK. */
 const V1_FIELDS_BEFORE_COMM: Record<string, number> = { send: 7, close: 11 };
+/** Fields before METHOD in version 1 to 3's go_request lines, where version 4 put PATH_NOW. */
+const V3_FIELDS_BEFORE_METHOD: Record<string, number> = { go_request: 7 };
 
 /**
  * A socket probe line of a version 1 recording in version 2's shape: SK 0
  * (not known) before the comm of send and close lines; other lines as they are.
  */
 export function upgradeProbeLine(line: string): string {
+  return insertField(line, V1_FIELDS_BEFORE_COMM, "0");
+}
+
+/**
+ * A Go program's line of a version 1 to 3 recording in version 4's shape:
+ * PATH_NOW 1 (its path lines follow) before the method of go_request lines;
+ * other lines as they are.
+ */
+export function upgradeGoProbeLine(line: string): string {
+  return insertField(line, V3_FIELDS_BEFORE_METHOD, "1");
+}
+
+/** `value` inserted as a printf line's field after the `before[kind]` fields of its kind; other lines as they are. */
+function insertField(line: string, before: Record<string, number>, value: string): string {
   let json: { type?: unknown; data?: unknown };
   try {
     json = JSON.parse(line) as typeof json;
@@ -300,9 +319,9 @@ export function upgradeProbeLine(line: string): string {
   }
   if (json.type !== "printf" || typeof json.data !== "string") return line;
   const words = json.data.split(" ");
-  const before = V1_FIELDS_BEFORE_COMM[words[0]!];
-  if (before === undefined || words.length < before + 2) return line;
-  words.splice(before + 1, 0, "0");
+  const fields = before[words[0]!];
+  if (fields === undefined || words.length < fields + 2) return line;
+  words.splice(fields + 1, 0, value);
   // In place, so the rest of the line stays byte for byte what bpftrace printed.
   return line.replace(JSON.stringify(json.data).slice(1, -1), JSON.stringify(words.join(" ")).slice(1, -1));
 }

@@ -4,7 +4,7 @@
 // number, key, value), counted and skipped; only a missing or unusable header
 // stops the replay, since nothing can be interpreted without it.
 import { createReadStream } from "node:fs";
-import { parseRecordLine, upgradeProbeLine, type DataRecord, type HeaderRecord } from "./format.ts";
+import { parseRecordLine, upgradeGoProbeLine, upgradeProbeLine, type DataRecord, type HeaderRecord } from "./format.ts";
 
 export interface BadRecord {
   /** 1-based line number in the file. */
@@ -61,6 +61,7 @@ export async function openRecordReader(path: string, opts: RecordReaderOptions =
       if (!result.ok) bad(number, result.error);
       else if (result.record.kind === "header") bad(number, "a second header; the header belongs on line 1 only");
       else if (header.version === 1 && result.record.kind === "probe") yield { ...result.record, line: upgradeProbeLine(result.record.line) };
+      else if (header.version < 4 && result.record.kind === "goProbe") yield { ...result.record, line: upgradeGoProbeLine(result.record.line) };
       else yield result.record;
     }
   }
