@@ -21,7 +21,7 @@ export interface ProbeState {
   unansweredMinBytes?: number;
 }
 
-const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+export const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /** The tracepoints a variant needs; `lostwrite doctor` reports the missing ones. */
 export const REQUIRED_TRACEPOINTS: Record<ProbeVariant, string[]> = {

@@ -23,6 +23,8 @@ import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
 import { EVERY_PROGRAM, FollowOp, MAX_PROGRAM_ID, type FollowChannel } from "./followChannel.ts";
 import type { FollowedPidsOptions } from "./followedPids.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
+import { TRACEFS_ROOTS } from "./probeProgram.ts";
+import { removeStaleUprobeEvents } from "./staleUprobeEvents.ts";
 
 /** What one file's program is. */
 interface ProbedFileSpec {
@@ -211,6 +213,8 @@ export class UprobePrograms {
     }
     file.handle = handle;
     file.id = id;
+    const stale = await removeStaleUprobeEvents(process.pid, TRACEFS_ROOTS);
+    if (stale > 0) log.info(`${what}: removed uprobe events a killed bpftrace left on this agent's descriptors`, { events: stale });
     // bpftrace runs in the agent's PID and mount namespaces: this path is the agent's descriptor.
     const through = `/proc/${process.pid}/fd/${handle.fd}`;
     const program = new BpftraceSupervisor({
