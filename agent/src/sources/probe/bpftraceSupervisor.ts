@@ -1,6 +1,7 @@
 // Runs bpftrace and keeps it running: readiness waits for the program's
 // `hello` (printed by BEGIN, i.e. after every probe attached); a bpftrace that
-// exits or stops beating is restarted, re-rendered with the current state so
+// exits, or stops beating and does not answer when asked (the kernel can skip
+// its timer ticks alone), is restarted, re-rendered with the current state so
 // a restart never forgets a target: at once after a healthy run, with growing
 // backoff and jitter only in a crash loop. bpftrace is started under
 // `setpriv --pdeathsig KILL`, so the kernel kills it when the agent dies, even
@@ -15,11 +16,11 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execa, type ResultPromise } from "execa";
+import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics, ProbeProgramKind, ProbeRestartReason } from "../../telemetry/metrics.ts";
 import { ControlChannel, ControlOp, encodeControl, endpointMessage, forgetSyscallCounterMessage, type SyscallCounterKey } from "./controlChannel.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { recursionMisses } from "./missedRuns.ts";
-import type { Logger } from "../../telemetry/log.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 
@@ -67,13 +68,13 @@ interface SupervisorOptions {
   maxBackoffMs?: number;
 }
 
+/** The programs' timer tick (`interval:s:1`). */
+const TICK_NS = 1_000_000_000n;
+
 // RLIMIT_MEMLOCK: not raisable without CAP_SYS_RESOURCE, and not needed on
 // kernels that account BPF memory to the cgroup (5.11+). The instruction
 // boundary warning: bpftrace cannot check a raw offset in a stripped binary;
 // the Go probes attach only at function entries, taken from the pclntab.
-/** The programs' timer tick (`interval:s:1`). */
-const TICK_NS = 1_000_000_000n;
-
 const KNOWN_HARMLESS = /RLIMIT_MEMLOCK|Could not determine instruction boundary/;
 
 /**
