@@ -17,6 +17,7 @@ import type { TargetChanges } from "./targets/targetWatcher.ts";
 import type { TlsAttachment } from "./tls/tlsAnswers.ts";
 import { TLS_TRACEPOINT } from "./tls/tlsProbeProgram.ts";
 import { TlsProbes } from "./tls/tlsProbes.ts";
+import { UprobeHost } from "./probe/uprobeHost.ts";
 import { newProgramsCanMatch } from "./targets/targetRules.ts";
 
 interface UprobeSourcesOptions {
@@ -37,16 +38,18 @@ export class UprobeSources {
   readonly go: GoProbes | null;
   readonly tls: TlsProbes | null;
   readonly #follow = new FollowChannel();
+  /** The one bpftrace of every file's program, Go and TLS alike. */
+  readonly #host: UprobeHost;
 
   constructor(opts: UprobeSourcesOptions) {
     const { config, recorder, log } = opts;
+    this.#host = new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
     const context = {
+      host: this.#host,
       follow: this.#follow,
       execWatch: newProgramsCanMatch(config),
       isTarget: opts.isTarget,
-      bpftrace: config.bpftrace,
       procRoot: config["proc-root"],
-      agentHostPid: opts.agentHostPid,
       metrics: opts.metrics,
       log,
       // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
@@ -95,8 +98,13 @@ export class UprobeSources {
     return this.go || this.tls ? [stage("follow channel", () => this.#follow.open(), () => this.#follow.close())] : [];
   }
 
-  /** The programs, started after the socket probe. */
+  /**
+   * The programs, started after the socket probe. Their bpftrace is stopped
+   * before them (stages stop in reverse), so that taking their files out at
+   * shutdown restarts nothing.
+   */
   programStages(): Stage[] {
-    return [...(this.go ? [this.go] : []), ...(this.tls ? [this.tls] : [])];
+    const sources = [...(this.go ? [this.go] : []), ...(this.tls ? [this.tls] : [])];
+    return sources.length === 0 ? [] : [...sources, stage("uprobe programs' bpftrace", () => undefined, () => this.#host.stop())];
   }
 }

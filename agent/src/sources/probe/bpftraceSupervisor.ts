@@ -144,7 +144,7 @@ export class BpftraceSupervisor {
   private pending: { words: number[]; done: () => void }[] = [];
   private flushing: Promise<void> | null = null;
   private spawned = false;
-  private recordListener: (record: ProbeRecord) => boolean = () => true;
+  private recordListener: (record: ProbeRecord, part: number | undefined, line: string) => boolean = () => true;
   /** recursion_misses of the running instance's programs already counted; 0 at each spawn. */
   private missesCounted = 0;
   private countingMisses = false;
@@ -165,8 +165,12 @@ export class BpftraceSupervisor {
     };
   }
 
-  /** Every record the supervisor does not consume itself; false: dropped (not recorded either). Set before start. */
-  onRecord(listener: (record: ProbeRecord) => boolean): void {
+  /**
+   * Every record the supervisor does not consume itself, with the part of a
+   * combined program it came from (combinedProgram.ts) and its raw line;
+   * false: dropped (not recorded either). Set before start.
+   */
+  onRecord(listener: (record: ProbeRecord, part: number | undefined, line: string) => boolean): void {
     this.recordListener = listener;
   }
 
@@ -370,7 +374,7 @@ export class BpftraceSupervisor {
     } else if (record.type === "lost") {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
-    if (this.recordListener(record)) this.opts.onLine?.(line);
+    if (this.recordListener(record, parsed.part, line)) this.opts.onLine?.(line);
   }
 
   /** Adds what the kernel skipped of this instance's programs since the last tick (see missedRuns.ts). */

@@ -1,28 +1,30 @@
-// One bpftrace program per probed file — a Go binary, an OpenSSL library —
-// since uprobes are per inode. What the Go request probes and the TLS answer
-// probes share; each says which file a target's is and what its program is.
+// One program per probed file — a Go binary, an OpenSSL library — since
+// uprobes are per inode; all of them run in one bpftrace (uprobeHost.ts,
+// combinedProgram.ts). What the Go request probes and the TLS answer probes
+// share; each says which file a target's is and what its program is.
 //
-// A program is started when the first target using its file is seen, and
-// then kept: it attaches through a descriptor the agent holds open on the
+// A file's program is put in when the first target using the file is seen,
+// and then kept: it attaches through a descriptor the agent holds open on the
 // file (/proc/<agent>/fd/N), a path that outlives every process of it, so the
 // next process of the same binary or library is followed from its first
-// instruction and a program never dies with the process it was started for.
+// instruction and a program never goes with the process it was made for.
 // Which processes it reports on is a map in the kernel (followedPids.ts),
 // changed by follow messages (followChannel.ts): a target coming or going
-// never restarts it. A program whose file no target has used for idleMs is
-// stopped and its descriptor closed, and at most maxIdle programs wait idle
-// (each is a bpftrace process of about 120 MiB); a program that crashes is
-// restarted by its supervisor with the targets of the moment.
+// never restarts it; a file coming or going restarts the shared bpftrace
+// (uprobeHost.ts says what that costs). A program whose file no target has
+// used for idleMs is taken out and its descriptor closed, and at most maxIdle
+// programs wait idle; a crash restarts the shared bpftrace with the targets
+// of the moment.
 import { existsSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import type { Counter, Gauge } from "prom-client";
 import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics } from "../../telemetry/metrics.ts";
-import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
 import { EVERY_PROGRAM, FollowOp, MAX_PROGRAM_ID, type FollowChannel } from "./followChannel.ts";
 import type { FollowedPidsOptions } from "./followedPids.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
+import type { UprobeHost } from "./uprobeHost.ts";
 
 /** What one file's program is. */
 interface ProbedFileSpec {
@@ -38,9 +40,9 @@ interface ProbedFileSpec {
 
 /** What a source of uprobe programs needs of the agent. */
 export interface UprobeContext {
-  bpftrace: string;
+  /** The one bpftrace every file's program runs in, Go and TLS alike. */
+  host: UprobeHost;
   procRoot: string;
-  agentHostPid: number;
   metrics: AgentMetrics;
   log: Logger;
   /** Kernel time now (CLOCK_MONOTONIC ns, as bpftrace's nsecs). */
@@ -84,7 +86,10 @@ interface ProbedFile {
   followed: Set<number>;
   handle: FileHandle | null;
   id: number;
-  program: BpftraceSupervisor | null;
+  /** Its program is in the shared bpftrace (or being put in). */
+  hosted: boolean;
+  /** Its program was taken out because bpftrace did not attach with it: its targets stay on the socket path. */
+  failed: boolean;
   /** The program attached once and is counted in the gauge. */
   counted: boolean;
   /** When the last target left (Date.now()); null while one uses the file. */
@@ -137,13 +142,14 @@ export class UprobePrograms {
     if (known !== undefined && known !== key) await this.remove(pid);
     let file = this.#files.get(key);
     if (file === undefined) {
-      file = { spec: spec(), pids: new Set(), followed: new Set(), handle: null, id: -1, program: null, counted: false, idleSince: null };
+      file = { spec: spec(), pids: new Set(), followed: new Set(), handle: null, id: -1, hosted: false, failed: false, counted: false, idleSince: null };
       this.#files.set(key, file);
     }
     file.pids.add(pid);
     file.idleSince = null;
     this.#fileOf.set(pid, key);
-    if (file.program === null) await this.#start(key, file);
+    if (file.failed) return;
+    if (!file.hosted) await this.#start(key, file);
     else await this.#send(FollowOp.follow, file.id, pid);
   }
 
@@ -157,7 +163,7 @@ export class UprobePrograms {
     file.pids.delete(pid);
     if (file.pids.size === 0) file.idleSince = Date.now();
     // A process that exited was let go in the kernel at its exit.
-    if (file.program !== null && existsSync(path.join(this.#o.procRoot, String(pid)))) {
+    if (file.hosted && existsSync(path.join(this.#o.procRoot, String(pid)))) {
       await this.#send(FollowOp.unfollow, file.id, pid);
     }
     if (file.followed.delete(pid)) this.#attached(file, pid, false, this.#o.nowNs());
@@ -172,15 +178,15 @@ export class UprobePrograms {
 
   /** A process its exec made followed everywhere, and that is no target: every program lets it go. */
   async unfollowEverywhere(pid: number): Promise<void> {
-    if ([...this.#files.values()].some((file) => file.program !== null)) await this.#send(FollowOp.unfollow, EVERY_PROGRAM, pid);
+    if ([...this.#files.values()].some((file) => file.hosted)) await this.#send(FollowOp.unfollow, EVERY_PROGRAM, pid);
   }
 
-  /** Waits for the changes under way, then stops every program. */
+  /** Waits for the changes under way, then takes every program out. */
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#sweeper) clearInterval(this.#sweeper);
     await this.#work;
-    for (const file of this.#files.values()) await this.#stopProgram(file);
+    await Promise.all([...this.#files.values()].map((file) => this.#stopProgram(file)));
     this.#files.clear();
   }
 
@@ -211,83 +217,89 @@ export class UprobePrograms {
     }
     file.handle = handle;
     file.id = id;
+    file.hosted = true;
     // bpftrace runs in the agent's PID and mount namespaces: this path is the agent's descriptor.
     const through = `/proc/${process.pid}/fd/${handle.fd}`;
-    const program = new BpftraceSupervisor({
-      variant: "sockets",
-      bpftrace: this.#o.bpftrace,
-      metrics: this.#o.metrics,
-      log,
-      agentHostPid: this.#o.agentHostPid,
-      kind: "uprobe",
-      state: () => ({ targets: [], endpoints: [], execWatch: false }),
-      onInstance: () => {},
-      readyTimeoutMs: 30_000,
+    // Not awaited: putting a file in restarts the shared bpftrace, which must
+    // not hold up the changes behind it (their follow messages are sent again
+    // once it attached: see up()).
+    void this.#o.host.add({
+      id,
+      name: `${what} ${file.spec.details.file}`,
+      // At every (re)start: the targets of the moment, followed from BEGIN.
+      render: () => file.spec.render(through, { programId: id, pids: [...file.pids], execWatch: this.#o.execWatch }),
+      flags: file.spec.flags ?? [],
+      env: file.spec.env ?? {},
+      up: (attached) => this.enqueue(() => this.#up(file, attached)),
+      restarted: (reason) => this.#o.restarts.inc({ reason }),
+      failed: (error) => this.enqueue(() => this.#failed(file, error)),
+      onRecord: (record) => this.#onRecord(key, file, record),
+      askForBeat: () => this.#o.follow.send(FollowOp.beat, id, 0),
       ...(this.#o.onLine ? { onLine: this.#o.onLine } : {}),
-      program: {
-        // At every (re)start: the targets of the moment, followed from BEGIN.
-        render: () => file.spec.render(through, { programId: id, pids: [...file.pids], execWatch: this.#o.execWatch }),
-        flags: file.spec.flags ?? [],
-        env: file.spec.env ?? {},
-        up: (attached) => {
-          if (attached) return; // its follow lines say whom it follows
-          const now = this.#o.nowNs();
-          for (const pid of file.followed) this.#attached(file, pid, false, now);
-          file.followed.clear();
-        },
-        restarted: (reason) => this.#o.restarts.inc({ reason }),
-        askForBeat: () => this.#o.follow.send(FollowOp.beat, id, 0),
-      },
     });
-    program.name = `${what} ${file.spec.details.file}`;
-    program.onRecord((record) => {
-      if (record.type === "follow") {
-        if (file.followed.has(record.pid)) return true;
-        if (!file.pids.has(record.pid)) {
-          // Followed from its exec, announced at its first call into the file,
-          // before the agent told the program (or before it ever could: gone).
-          if (!this.#o.isTarget(record.pid) || this.#fileOf.has(record.pid)) return true;
-          file.pids.add(record.pid);
-          file.idleSince = null;
-          this.#fileOf.set(record.pid, key);
-        }
-        file.followed.add(record.pid);
-        this.#attached(file, record.pid, true, record.since);
-      } else if (record.type === "unfollow") {
-        if (file.followed.delete(record.pid)) this.#attached(file, record.pid, false, record.ts);
-      } else {
-        this.#o.onRecord(record);
+  }
+
+  /** The shared bpftrace attached with this file's program in it (true), or went away (false). */
+  async #up(file: ProbedFile, attached: boolean): Promise<void> {
+    if (!file.hosted) return;
+    const { what, log } = this.#o;
+    if (!attached) {
+      const now = this.#o.nowNs();
+      for (const pid of file.followed) this.#attached(file, pid, false, now);
+      file.followed.clear();
+      return;
+    }
+    if (!file.counted) {
+      file.counted = true;
+      this.#o.attachedGauge.inc();
+      log.info(`${what} attached`, { ...file.spec.details, program: file.id, pids: [...file.pids] });
+    }
+    // Targets that came while it (re)started: their follow messages found no program.
+    for (const pid of file.pids) if (!file.followed.has(pid)) await this.#send(FollowOp.follow, file.id, pid);
+  }
+
+  async #failed(file: ProbedFile, error: string): Promise<void> {
+    if (!file.hosted) return;
+    this.#o.log.warn(`${this.#o.what} did not attach; its targets stay on the socket path`, { ...file.spec.details, error });
+    file.failed = true;
+    await this.#release(file);
+  }
+
+  #onRecord(key: string, file: ProbedFile, record: ProbeRecord): void {
+    if (record.type === "follow") {
+      if (file.followed.has(record.pid)) return;
+      if (!file.pids.has(record.pid)) {
+        // Followed from its exec, announced at its first call into the file,
+        // before the agent told the program (or before it ever could: gone).
+        if (!this.#o.isTarget(record.pid) || this.#fileOf.has(record.pid)) return;
+        file.pids.add(record.pid);
+        file.idleSince = null;
+        this.#fileOf.set(record.pid, key);
       }
-      return true;
-    });
-    file.program = program;
-    // Not awaited: a program that cannot attach (its bpftrace crash-loops)
-    // must not hold up the changes behind it.
-    program.start().then(
-      () => {
-        if (file.program !== program) return;
-        file.counted = true;
-        this.#o.attachedGauge.inc();
-        log.info(`${what} attached`, { ...file.spec.details, program: id, pids: [...file.pids] });
-      },
-      (error: unknown) => {
-        if (file.program !== program) return;
-        log.warn(`${what} did not attach; its targets stay on the socket path`, { ...file.spec.details, error: String(error) });
-      },
-    );
+      file.followed.add(record.pid);
+      this.#attached(file, record.pid, true, record.since);
+    } else if (record.type === "unfollow") {
+      if (file.followed.delete(record.pid)) this.#attached(file, record.pid, false, record.ts);
+    } else {
+      this.#o.onRecord(record);
+    }
   }
 
   async #stopProgram(file: ProbedFile): Promise<void> {
-    const program = file.program;
-    if (program === null) return;
-    file.program = null;
+    if (!file.hosted) return;
+    await this.#o.host.remove(file.id); // its followed pids are told it went away (up(false))
+    await this.#release(file);
+    this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
+  }
+
+  /** Its descriptor closed and its id free: after no running program holds them. */
+  async #release(file: ProbedFile): Promise<void> {
+    file.hosted = false;
     if (file.counted) this.#o.attachedGauge.dec();
     file.counted = false;
-    await program.stop(); // its followed pids are told it went away (up(false))
     await file.handle?.close();
     file.handle = null;
     this.#o.follow.release(file.id);
-    this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
   }
 
   /**

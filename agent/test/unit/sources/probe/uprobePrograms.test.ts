@@ -1,7 +1,8 @@
-// One program per probed file, kept while processes of it come and go: a
-// stand-in for bpftrace (a script that says hello, beats, and logs when it
-// starts and stops, with the program it was given) shows what is started and
-// stopped; the follow messages are real (refused connects on loopback).
+// Every probed file's program in one bpftrace, kept while processes of the
+// files come and go: a stand-in for bpftrace (a script that says hello, beats,
+// and logs when it starts and stops, with the files its program holds) shows
+// what is started and stopped; the follow messages are real (refused connects
+// on loopback).
 import assert from "node:assert/strict";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -10,6 +11,7 @@ import { after, before, describe, it } from "node:test";
 import type { Logger } from "../../../../src/telemetry/log.ts";
 import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 import { FollowChannel } from "../../../../src/sources/probe/followChannel.ts";
+import { UprobeHost } from "../../../../src/sources/probe/uprobeHost.ts";
 import { UprobePrograms } from "../../../../src/sources/probe/uprobePrograms.ts";
 
 const quiet: Logger = { info() {}, warn() {}, error() {}, warnRateLimited() {}, warnOnce() {} };
@@ -24,12 +26,15 @@ void describe("uprobe programs", { timeout: 30_000 }, () => {
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-uprobes-"));
     log = path.join(dir, "runs.log");
     fake = path.join(dir, "bpftrace");
-    // Called as `bpftrace -f json [flags] FILE AGENT_PID`: logs the program's first line, then beats until told to stop
-    // (a program whose first line says "slow" takes half a second to exit).
+    // Called as `bpftrace -f json [flags] FILE AGENT_PID`: logs the files its program holds (the combined
+    // program's "// #ID: FIRST LINE" comments), then beats until told to stop. A program holding a "slow"
+    // file takes half a second to exit; one holding a "broken" file exits at once, before its hello.
     writeFileSync(fake, String.raw`#!/bin/sh
 eval "file=\$$(($# - 1))"
-echo "start $(head -1 "$file")" >> "${log}"
-trap 'echo "stop $(head -1 "$file")" >> "${log}"; case "$(head -1 "$file")" in *slow*) sleep 0.5;; esac; exit 0' INT TERM
+files=$(grep '^// #' "$file" | sed 's|^// #[0-9]*: ||' | paste -sd, -)
+echo "start $files" >> "${log}"
+case "$files" in *broken*) exit 1;; esac
+trap 'echo "stop $files" >> "${log}"; case "$files" in *slow*) sleep 0.5;; esac; exit 0' INT TERM
 printf '%s\n' '{"type": "printf", "data": "hello 1 1\n"}'
 while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; done
 `);
@@ -50,6 +55,7 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       return [];
     }
   };
+  const starts = (): string[] => runs().filter((r) => r.startsWith("start"));
 
   async function waitForRun(line: string): Promise<void> {
     const deadline = Date.now() + 10_000;
@@ -59,12 +65,14 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
     }
   }
 
-  const programsWith = (metrics: AgentMetrics, maxIdle: number): UprobePrograms =>
+  const sum = async (counter: AgentMetrics["goProbeRestarts"], reason?: string): Promise<number> =>
+    (await counter.get()).values.filter((v) => reason === undefined || v.labels.reason === reason).reduce((total, v) => total + v.value, 0);
+
+  const programsWith = (metrics: AgentMetrics, host: UprobeHost, maxIdle: number): UprobePrograms =>
     new UprobePrograms({
       what: "Test probe",
-      bpftrace: fake,
+      host,
       procRoot: "/proc",
-      agentHostPid: process.pid,
       metrics,
       log: quiet,
       nowNs: () => process.hrtime.bigint(),
@@ -77,61 +85,102 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       onAttached: () => {},
       maxIdle,
     });
+  const hostWith = (metrics: AgentMetrics): UprobeHost => new UprobeHost({ bpftrace: fake, agentHostPid: process.pid, metrics, log: quiet });
   const spec = (name: string) => () => {
     const file = path.join(dir, name);
     writeFileSync(file, name);
     return { path: file, render: () => `// ${name}\n`, details: { file: name } };
   };
 
-  void it("starts one program per file, keeps it while pids come and go, and stops the longest idle past maxIdle", async () => {
+  void it("runs every file's program in one bpftrace, restarted when a file comes or goes, never for a pid; the longest idle go past maxIdle", async () => {
+    writeFileSync(log, "");
     const metrics = new AgentMetrics();
-    const programs = programsWith(metrics, 2);
+    const host = hostWith(metrics);
+    const programs = programsWith(metrics, host, 2);
     try {
-      // Two live processes of file a, one after the other, coming and going: one program.
+      // Two live processes of file a, one after the other, coming and going: one start.
       const [live1, live2] = [process.pid, process.ppid];
       await programs.add(live1, "a", spec("a"));
-      await waitForRun("start // a");
+      await waitForRun("start a");
       await programs.add(live2, "a", spec("a"));
       await programs.remove(live1);
       await programs.remove(live2);
       await programs.add(live1, "a", spec("a"));
       await programs.remove(live1);
-      assert.deepEqual(runs(), ["start // a"], "never restarted for a pid");
+      assert.deepEqual(runs(), ["start a"], "never restarted for a pid");
       assert.equal(programs.pidsOf("a"), 0);
 
-      // Three more files, each left idle in turn: a and b, idle longest, are stopped; c and d wait.
-      for (const name of ["b", "c", "d"]) {
-        await programs.add(live1, name, spec(name));
-        await waitForRun(`start // ${name}`);
-        await programs.remove(live1);
-      }
-      await waitForRun("stop // b");
-      assert.deepEqual(runs().filter((r) => r.startsWith("stop")), ["stop // a", "stop // b"]);
-      assert.deepEqual(await metrics.goProbeRestarts.get().then((m) => m.values.reduce((sum, v) => sum + v.value, 0)), 0);
+      // Three more files, each left idle in turn: each comes in with a restart; a and b, idle longest, are taken out.
+      await programs.add(live1, "b", spec("b"));
+      await waitForRun("start a,b");
+      await programs.remove(live1);
+      await programs.add(live1, "c", spec("c"));
+      await waitForRun("start a,b,c");
+      await programs.remove(live1);
+      await waitForRun("start b,c");
+      await programs.add(live1, "d", spec("d"));
+      await waitForRun("start b,c,d");
+      await programs.remove(live1);
+      await waitForRun("start c,d");
+      assert.deepEqual(starts(), ["start a", "start a,b", "start a,b,c", "start b,c", "start b,c,d", "start c,d"]);
+      assert.equal(await sum(metrics.goProbeRestarts), 0, "no crash counted");
+      assert.equal(await sum(metrics.uprobeProgramReloads, "file_added"), 3);
+      assert.equal(await sum(metrics.uprobeProgramReloads, "file_removed"), 2);
+      assert.equal((await metrics.goProbesAttached.get()).values[0]?.value, 2, "c and d attached");
     } finally {
+      await host.stop();
       await programs.stop();
     }
-    assert.deepEqual(runs().filter((r) => r.startsWith("stop")).sort(), ["stop // a", "stop // b", "stop // c", "stop // d"]);
+    assert.equal(runs().at(-1), "stop c,d", "stopped once, with what it held");
   });
 
-  void it("keeps a program whose file is used again while an older idle one is being stopped", async () => {
-    const programs = programsWith(new AgentMetrics(), 1);
+  void it("keeps a program whose file is used again while an older idle one is being taken out", async () => {
+    writeFileSync(log, "");
+    const metrics = new AgentMetrics();
+    const host = hostWith(metrics);
+    const programs = programsWith(metrics, host, 1);
     const live = process.pid;
     try {
       await programs.add(live, "slow-e", spec("slow-e"));
-      await waitForRun("start // slow-e");
+      await waitForRun("start slow-e");
       await programs.remove(live); // idle, kept: one may wait
       await programs.add(live, "f", spec("f"));
-      await waitForRun("start // f");
-      // f idle too: two idle past maxIdle 1, so slow-e, idle longest, is stopped, which takes half a second…
+      await waitForRun("start slow-e,f");
+      // f idle too: two idle past maxIdle 1, so slow-e, idle longest, is taken out, which takes half a second…
       const removing = programs.remove(live);
-      await waitForRun("stop // slow-e");
+      await waitForRun("stop slow-e,f");
       // …meanwhile a new process of f starts.
       await programs.add(process.ppid, "f", spec("f"));
       await removing;
+      await waitForRun("start f");
       assert.equal(programs.pidsOf("f"), 1);
-      assert.deepEqual(runs().filter((r) => r.endsWith("// f")), ["start // f"], "f's program neither stopped nor started again");
+      assert.deepEqual(starts(), ["start slow-e", "start slow-e,f", "start f"], "f's program kept through slow-e's removal");
     } finally {
+      await host.stop();
+      await programs.stop();
+    }
+  });
+
+  void it("takes out a file whose program bpftrace refuses, and keeps the others running", async () => {
+    writeFileSync(log, "");
+    const metrics = new AgentMetrics();
+    const host = hostWith(metrics);
+    const programs = programsWith(metrics, host, 4);
+    try {
+      await programs.add(process.pid, "g", spec("g"));
+      await waitForRun("start g");
+      await programs.add(process.ppid, "broken-h", spec("broken-h"));
+      await waitForRun("start g,broken-h");
+      // Started again without the file it added, which is given up on: a new process of it changes nothing.
+      const deadline = Date.now() + 10_000;
+      while (starts().length < 3 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.deepEqual(starts(), ["start g", "start g,broken-h", "start g"]);
+      await programs.add(1, "broken-h", spec("broken-h"));
+      assert.deepEqual(starts(), ["start g", "start g,broken-h", "start g"]);
+      assert.equal((await metrics.goProbesAttached.get()).values[0]?.value, 1, "g attached, broken-h not");
+      assert.equal(await sum(metrics.goProbeRestarts), 0, "a program that never attached is no crash of g");
+    } finally {
+      await host.stop();
       await programs.stop();
     }
   });

@@ -1,0 +1,221 @@
+// The one bpftrace that runs every probed file's uprobe program, Go binaries'
+// and OpenSSL files' alike (combinedProgram.ts joins them). One process
+// instead of one per file: a bpftrace holds about 30 MiB of its own memory
+// for LLVM, clang and the kernel's BTF however small its program, and each
+// file's probes add little to that (`npm run bench:footprint` measures both).
+//
+// The trade-off: bpftrace 0.17 cannot add probes to a running program, so a
+// file appearing or going (not a process: those are follow messages) restarts
+// the program with the files of the moment, and for that restart every
+// followed process is on the socket path. Each part is told its program went
+// away (up(false): its processes are no longer followed from then) and, once
+// the new one attached, follows them again from then: a request in flight
+// across the restart is the socket path's, as across a crash. Changes that
+// come during a restart are taken by the next, so files appearing together
+// cost one restart. A restart is counted in lostwrite_uprobe_program_reloads_total
+// and timed in the log; a crash is each part's restart, counted by its kind.
+//
+// A file whose probes bpftrace refuses must not take the others down: when a
+// restart that added files does not attach (bpftrace exits before its hello,
+// or never says it), it is made again without the files it added, and those
+// are told they failed: their processes stay on the socket path.
+import type { Logger } from "../../telemetry/log.ts";
+import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.ts";
+import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
+import { combinePrograms } from "./combinedProgram.ts";
+import type { ProbeRecord } from "./probeOutput.ts";
+
+/** One file's program, as a part of the combined one. */
+export interface HostedPart {
+  /** Its follow id (followChannel.ts): its maps' suffix and its lines' tag. */
+  id: number;
+  /** What the logs call it. */
+  name: string;
+  /** Its whole program, rendered afresh at every (re)start with the processes of the moment. */
+  render: () => string;
+  flags: readonly string[];
+  env: Readonly<Record<string, string>>;
+  /** One of its lines (hello and tick are the host's). */
+  onRecord: (record: ProbeRecord) => void;
+  /** Every raw line of its part (--record), its tag kept: the parser takes it off on replay too. */
+  onLine?: (line: string) => void;
+  /** The program with this part in it attached (true) or went away (false). */
+  up: (attached: boolean) => void;
+  /** Asks its program for a `beat` line (a follow message for its id): the program's answer when its ticks stop. */
+  askForBeat: () => Promise<void>;
+  /** The program crashed and is being started again with this part in it. */
+  restarted: (reason: ProbeRestartReason) => void;
+  /** The part was taken out because the program with it did not attach. */
+  failed: (error: string) => void;
+}
+
+export interface UprobeHostOptions {
+  bpftrace: string;
+  agentHostPid: number;
+  metrics: AgentMetrics;
+  log: Logger;
+  /** How long a (re)started program may take to attach (default 30 s). */
+  readyTimeoutMs?: number;
+}
+
+export class UprobeHost {
+  readonly #o: UprobeHostOptions & { readyTimeoutMs: number };
+  /** The parts wanted, by id. */
+  readonly #parts = new Map<number, HostedPart>();
+  /** The parts in the running program (rendered into it at its last start). */
+  #running = new Map<number, HostedPart>();
+  #program: BpftraceSupervisor | null = null;
+  /** A restart is due: the parts wanted differ from the running ones. */
+  #dirty = false;
+  #reloading: Promise<void> | null = null;
+  #stopped = false;
+
+  constructor(opts: UprobeHostOptions) {
+    this.#o = { readyTimeoutMs: 30_000, ...opts };
+  }
+
+  /** Files in the running program. */
+  get parts(): number {
+    return this.#running.size;
+  }
+
+  /** Puts a file's program in; resolves once the program with it started (or failed, told to the part). */
+  add(part: HostedPart): Promise<void> {
+    this.#parts.set(part.id, part);
+    return this.#reload();
+  }
+
+  /** Takes a file's program out; resolves once no running program holds it. */
+  remove(id: number): Promise<void> {
+    if (!this.#parts.delete(id)) return Promise.resolve();
+    return this.#reload();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    await this.#reloading;
+    await this.#stopProgram();
+  }
+
+  /** Restarts the program with the parts wanted, once for every change made before it begins. */
+  #reload(): Promise<void> {
+    this.#dirty = true;
+    this.#reloading ??= (async () => {
+      try {
+        while (this.#dirty && !this.#stopped) {
+          this.#dirty = false;
+          await this.#restart();
+        }
+      } finally {
+        this.#reloading = null;
+      }
+    })();
+    return this.#reloading;
+  }
+
+  async #stopProgram(): Promise<void> {
+    const program = this.#program;
+    this.#program = null;
+    this.#running = new Map();
+    await program?.stop(); // its parts are told it went away (up(false))
+  }
+
+  async #restart(): Promise<void> {
+    const { log, metrics } = this.#o;
+    const before = new Set(this.#running.keys());
+    const wanted = new Map(this.#parts);
+    const added = [...wanted.keys()].filter((id) => !before.has(id));
+    const removed = [...before].filter((id) => !wanted.has(id));
+    const reason = added.length > 0 ? "file_added" : "file_removed";
+    const started = Date.now();
+    const restarting = this.#program !== null;
+    await this.#stopProgram();
+    if (wanted.size === 0) {
+      if (restarting) log.info("uprobe programs stopped: no file left to probe", { removed });
+      return;
+    }
+    if (restarting) metrics.uprobeProgramReloads.inc({ reason });
+    const error = await this.#start(wanted);
+    if (error === null) {
+      log.info(restarting ? "uprobe program restarted with the files of the moment" : "uprobe program started", {
+        files: [...wanted.values()].map((p) => p.name), added, removed, tookMs: Date.now() - started,
+      });
+      return;
+    }
+    // Not attached. The files it added are the suspects: without them it ran before.
+    await this.#stopProgram();
+    const suspects = added.map((id) => wanted.get(id)!);
+    for (const part of suspects) {
+      this.#parts.delete(part.id);
+      part.failed(error);
+    }
+    log.warn("uprobe program did not attach; it is started again without the files just added, whose targets stay on the socket path", {
+      files: suspects.map((p) => p.name), error,
+    });
+    if (this.#parts.size > 0 && suspects.length > 0) this.#dirty = true;
+  }
+
+  /** Starts a program with `parts`; null once it attached, else why not. */
+  async #start(parts: Map<number, HostedPart>): Promise<string | null> {
+    const list = [...parts.values()];
+    const env: Record<string, string> = {};
+    for (const part of list) Object.assign(env, part.env);
+    let attached = false;
+    let everAttached = false;
+    let failedBeforeHello: (error: string) => void = () => {};
+    const exitedEarly = new Promise<string>((resolve) => (failedBeforeHello = resolve));
+    const program = new BpftraceSupervisor({
+      variant: "sockets",
+      bpftrace: this.#o.bpftrace,
+      metrics: this.#o.metrics,
+      log: this.#o.log,
+      agentHostPid: this.#o.agentHostPid,
+      kind: "uprobe",
+      state: () => ({ targets: [], endpoints: [], execWatch: false }),
+      onInstance: () => {},
+      readyTimeoutMs: this.#o.readyTimeoutMs,
+      program: {
+        // At every (re)start: each part with its processes of the moment.
+        render: () => combinePrograms(list.map((part) => ({ id: part.id, text: part.render() }))),
+        flags: [...new Set(list.flatMap((part) => part.flags))],
+        env,
+        up: (up) => {
+          // Every part's BEGIN says hello; the first one is the program's.
+          if (up === attached) return;
+          attached = up;
+          for (const part of list) part.up(up);
+        },
+        restarted: (reason) => {
+          if (!everAttached) failedBeforeHello(`bpftrace ${reason} before it attached`);
+          else for (const part of list) part.restarted(reason);
+        },
+        // Any part's follow id reaches the program: the first one's answers for all.
+        askForBeat: () => list[0]!.askForBeat(),
+      },
+    });
+    program.name = `uprobe programs (${list.length})`;
+    program.onRecord((record, id, line) => {
+      if (record.type === "hello") everAttached = true;
+      const part = id === undefined ? undefined : parts.get(id);
+      if (part === undefined) {
+        // Every line of a part is tagged (combinedProgram.ts): this one is no part's.
+        if (record.type !== "hello" && record.type !== "tick") this.#o.log.warnRateLimited("uprobe-untagged", "a line of the uprobe programs names no part; dropped", { type: record.type, part: id });
+        return false;
+      }
+      part.onLine?.(line);
+      if (record.type !== "hello" && record.type !== "tick") part.onRecord(record);
+      return false;
+    });
+    this.#program = program;
+    this.#running = parts;
+    const outcome = await Promise.race([
+      program.start().then(
+        () => null,
+        (error: unknown) => String(error),
+      ),
+      exitedEarly,
+    ]);
+    if (outcome === null) everAttached = true;
+    return outcome;
+  }
+}
