@@ -167,6 +167,52 @@ function memory(pid: number): Memory | null {
   return { rss: kb("Rss"), pss: kb("Pss"), anon: kb("Anonymous") };
 }
 
+/**
+ * Resident bytes of `pid` by file (file-backed mappings, by path) and its
+ * anonymous bytes, from /proc/PID/smaps: with them a group's memory can be
+ * counted with each file's pages once, as the cgroup is charged, whatever
+ * other processes on the machine map the same files (PSS would split those
+ * pages with them: on a machine where other bpftrace processes run, PSS
+ * understates the agent's share of LLVM's pages).
+ */
+function residentByFile(pid: number): { files: Map<string, number>; anon: number } | null {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps`, "utf8");
+  } catch {
+    return null;
+  }
+  const files = new Map<string, number>();
+  let anon = 0;
+  let file: string | null = null;
+  for (const line of text.split("\n")) {
+    const header = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(line);
+    if (header) {
+      file = header[1]!.startsWith("/") ? header[1]! : null;
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss && file !== null) files.set(file, (files.get(file) ?? 0) + Number(rss[1]) * 1024);
+    const anonymous = /^Anonymous:\s+(\d+) kB/.exec(line);
+    if (anonymous) anon += Number(anonymous[1]) * 1024;
+  }
+  return { files, anon };
+}
+
+/** A group's resident memory with each file's pages counted once: every process's anonymous bytes, and per file the most any of them has resident. */
+function groupResident(pids: number[]): number {
+  const files = new Map<string, number>();
+  let total = 0;
+  for (const pid of pids) {
+    const r = residentByFile(pid);
+    if (r === null) continue;
+    total += r.anon;
+    for (const [file, bytes] of r.files) files.set(file, Math.max(files.get(file) ?? 0, bytes));
+  }
+  for (const bytes of files.values()) total += bytes;
+  return total;
+}
+
 /** The memlock bytes of the BPF maps `pid` holds open (fdinfo), each map once. */
 function bpfMapBytes(pid: number): number {
   const maps = new Map(bpfFdInfo(pid, "map").map((field) => [field("map_id"), field("memlock")]));
@@ -315,6 +361,59 @@ interface MixResult {
   /** Seconds from the process's start to its program counted as attached (a file's program compiled and attached). */
   attachSeconds: number | null;
   rows: Row[];
+  /** The whole group's PSS, anon, resident with files once and BPF maps: the mean of the per-sample sums over the processes alive then. */
+  group: { pss: number; anon: number; resident: number; maps: number };
+  /** Processes that started or ended inside the window (a bpftrace restarted by the agent). */
+  churn: number;
+}
+
+/**
+ * The agent's whole process group (node and every bpftrace it runs), listed
+ * afresh at every sample: a bpftrace the agent restarts inside the window
+ * (another agent's load can make one miss a heartbeat) is counted while it
+ * lives, and counted as churn. Rows: each process, the mean of the samples
+ * it was alive in.
+ */
+async function sampleGroup(node: number, opts: Options): Promise<Pick<MixResult, "rows" | "group" | "churn">> {
+  const seen = new Map<number, { name: string; mem: Memory[]; maps: number; cpu: number[]; first: number; last: number }>();
+  const totals: { pss: number; anon: number; resident: number; maps: number }[] = [];
+  const sliceCount = Math.max(1, Math.round(opts.window / opts.slice));
+  const started = Date.now();
+  for (let i = 0; i <= sliceCount; i++) {
+    if (i > 0) await sleep(started + i * opts.slice * 1000 - Date.now());
+    const pids = [node, ...descendants(node).filter((pid) => liveComm(pid) === "bpftrace")];
+    const total = { pss: 0, anon: 0, resident: groupResident(pids), maps: 0 };
+    for (const pid of pids) {
+      const m = memory(pid);
+      if (m === null) continue;
+      const entry = seen.get(pid) ?? { name: pid === node ? "node (agent)" : `bpftrace ${probeKind(pid)}`, mem: [], maps: 0, cpu: [], first: i, last: i };
+      entry.mem.push(m);
+      entry.maps = bpfMapBytes(pid);
+      entry.cpu.push(cpuSeconds(pid));
+      entry.last = i;
+      seen.set(pid, entry);
+      total.pss += m.pss;
+      total.anon += m.anon;
+      total.maps += entry.maps;
+    }
+    totals.push(total);
+  }
+  const seconds = (Date.now() - started) / 1000;
+  const mean = (values: number[]): number => values.reduce((a, b) => a + b, 0) / values.length;
+  const rows = [...seen].map(([pid, e]): Row => ({
+    name: e.name,
+    pid,
+    memory: { rss: mean(e.mem.map((m) => m.rss)), pss: mean(e.mem.map((m) => m.pss)), anon: mean(e.mem.map((m) => m.anon)) },
+    peak: peakRss(pid),
+    maps: e.maps,
+    cpu: e.cpu.length > 1 ? ((e.cpu.at(-1)! - e.cpu[0]!) / (((e.last - e.first) / sliceCount) * seconds)) * 1000 : NaN,
+    slices: e.cpu.slice(1).map((mark, j) => ((mark - e.cpu[j]!) / (seconds / sliceCount)) * 1000),
+  }));
+  return {
+    rows,
+    group: { pss: mean(totals.map((t) => t.pss)), anon: mean(totals.map((t) => t.anon)), resident: mean(totals.map((t) => t.resident)), maps: mean(totals.map((t) => t.maps)) },
+    churn: [...seen.values()].filter((e) => e.first > 0 || e.last < sliceCount).length,
+  };
 }
 
 async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
@@ -330,10 +429,7 @@ async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
     const measure = async (step: string, attachSeconds: number | null): Promise<void> => {
       process.stderr.write(`mix: ${step}; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
       await sleep(opts.settle * 1000);
-      const node = agent!.child.pid!;
-      const bpftrace = descendants(node).filter((pid) => liveComm(pid) === "bpftrace");
-      const rows = await sampleProcesses([{ name: "node (agent)", pid: node }, ...bpftrace.map((pid) => ({ name: `bpftrace ${probeKind(pid)}`, pid }))], opts);
-      results.push({ step, attachSeconds, rows });
+      results.push({ step, attachSeconds, ...(await sampleGroup(agent!.child.pid!, opts)) });
     };
     await measure("socket probe alone", null);
     for (const step of mixSteps(binaries)) {
@@ -361,26 +457,25 @@ function printMix(results: MixResult[], floor: Row[] | null): void {
   const node = (rows: Row[]): Row[] => rows.filter((r) => !r.name.startsWith("bpftrace"));
   console.log("\n== the mix, step by step: PSS (smaps_rollup; shared pages split between the processes sharing them) ==");
   const lines = results.map((r, i) => {
-    const total = sum(r.rows, (x) => x.memory.pss);
-    const before = i === 0 ? NaN : sum(results[i - 1]!.rows, (x) => x.memory.pss);
+    const before = i === 0 ? NaN : results[i - 1]!.group.pss;
     return [
       r.step,
-      String(bpftrace(r.rows).length),
+      `${bpftrace(r.rows).length}${r.churn > 0 ? ` (${r.churn} came or went)` : ""}`,
       mib(sum(node(r.rows), (x) => x.memory.pss)),
       mib(sum(bpftrace(r.rows), (x) => x.memory.pss)),
-      mib(total),
-      i === 0 ? "" : `${total >= before ? "+" : ""}${mib(total - before)}`,
-      mib(sum(r.rows, (x) => x.memory.anon)),
-      mib(sum(r.rows, (x) => x.maps)),
-      mib(sum(r.rows, (x) => x.peak)),
+      mib(r.group.pss),
+      i === 0 ? "" : `${r.group.pss >= before ? "+" : ""}${mib(r.group.pss - before)}`,
+      mib(r.group.anon),
+      mib(r.group.resident),
+      mib(r.group.maps),
       r.attachSeconds === null ? "" : r.attachSeconds.toFixed(1),
     ];
   });
   if (floor) {
-    lines.push(["floor: idle Node + empty bpftrace", String(bpftrace(floor).length), mib(sum(node(floor), (x) => x.memory.pss)), mib(sum(bpftrace(floor), (x) => x.memory.pss)), mib(sum(floor, (x) => x.memory.pss)), "", mib(sum(floor, (x) => x.memory.anon)), mib(sum(floor, (x) => x.maps)), mib(sum(floor, (x) => x.peak)), ""]);
+    lines.push(["floor: idle Node + empty bpftrace", String(bpftrace(floor).length), mib(sum(node(floor), (x) => x.memory.pss)), mib(sum(bpftrace(floor), (x) => x.memory.pss)), mib(sum(floor, (x) => x.memory.pss)), "", mib(sum(floor, (x) => x.memory.anon)), mib(floorResident), mib(sum(floor, (x) => x.maps)), ""]);
   }
-  console.log(textTable(["step", "bpftrace", "node PSS", "bpftrace PSS", "total PSS", "added", "anon", "BPF maps", "peak RSS", "attached in s"], lines));
-  console.log("(MiB; BPF maps: kernel memory outside PSS that the cgroup is also charged; attached in: from the process's start to its program counted attached)");
+  console.log(textTable(["step", "bpftrace", "node PSS", "bpftrace PSS", "group PSS", "added", "group anon", "files once", "BPF maps", "attached in s"], lines));
+  console.log("(MiB, means over the window; group: the sum over the processes alive at each sample; files once: the group's resident memory with each file's pages counted once, as its cgroup is charged, whatever else maps them; BPF maps: kernel memory outside PSS that the cgroup is also charged; attached in: from the process's start to its program counted attached)");
 }
 
 /**
@@ -389,6 +484,9 @@ function printMix(results: MixResult[], floor: Row[] | null): void {
  * tracepoint (LLVM and clang loaded, one program attached). Measured like a
  * variant; no agent can hold less than these two.
  */
+/** The floor's resident memory with each file once, taken at the end of its window. */
+let floorResident = NaN;
+
 async function measureFloor(opts: Options): Promise<Row[]> {
   const node = spawn(process.execPath, ["-e", "setInterval(() => {}, 60_000)"], {
     stdio: "ignore",
@@ -401,13 +499,13 @@ async function measureFloor(opts: Options): Promise<Row[]> {
   try {
     process.stderr.write(`floor: ready; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
     await sleep(opts.settle * 1000);
-    return await sampleProcesses(
-      [
-        { name: "node (empty timer)", pid: node.pid! },
-        { name: "bpftrace (empty program)", pid: bpftrace.bpftrace()[0]! },
-      ],
-      opts,
-    );
+    const processes = [
+      { name: "node (empty timer)", pid: node.pid! },
+      { name: "bpftrace (empty program)", pid: bpftrace.bpftrace()[0]! },
+    ];
+    const rows = await sampleProcesses(processes, opts);
+    floorResident = groupResident(processes.map((p) => p.pid));
+    return rows;
   } finally {
     node.kill("SIGKILL");
     await bpftrace.stop();

@@ -1,8 +1,9 @@
 // Request-level probing of the Go targets: every target's executable is
 // inspected once per binary (device and inode), in a child process; each
-// binary whose HTTP/2 client can be hooked gets its own bpftrace program
-// (UprobePrograms), kept while the binary can run again and told which of
-// its processes to follow.
+// binary whose HTTP/2 client can be hooked gets its own program
+// (UprobePrograms; every Go binary's program runs in one bpftrace,
+// uprobeHost.ts), kept while the binary can run again and told which of its
+// processes to follow.
 // Everything else stays on the socket path alone, with the reason logged once
 // per binary. Lines and attachments go to the loss graph, which applies them
 // in order (goRequests.ts).

@@ -199,7 +199,7 @@ export class UprobeHost {
       const part = id === undefined ? undefined : parts.get(id);
       if (part === undefined) {
         // Every line of a part is tagged (combinedProgram.ts): this one is no part's.
-        if (record.type !== "hello" && record.type !== "tick") this.#o.log.warnRateLimited("uprobe-untagged", "a line of the uprobe programs names no part; dropped", { type: record.type, part: id });
+        if (record.type !== "hello" && record.type !== "tick" && record.type !== "attached" && record.type !== "lost") this.#o.log.warnRateLimited("uprobe-untagged", "a line of the uprobe programs names no part; dropped", { type: record.type, part: id });
         return false;
       }
       part.onLine?.(line);

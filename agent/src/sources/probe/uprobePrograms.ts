@@ -144,6 +144,10 @@ export class UprobePrograms {
     if (file === undefined) {
       file = { spec: spec(), pids: new Set(), followed: new Set(), handle: null, id: -1, hosted: false, failed: false, counted: false, idleSince: null };
       this.#files.set(key, file);
+    } else if (!file.hosted && !file.failed) {
+      // Its file could not be opened through the process it was first seen
+      // in (gone already: a kubectl lives a tenth of a second): through this one.
+      file.spec = spec();
     }
     file.pids.add(pid);
     file.idleSince = null;

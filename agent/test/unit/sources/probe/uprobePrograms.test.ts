@@ -161,6 +161,22 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
     }
   });
 
+  void it("opens a file through its next process when the first was gone before the file could be opened", async () => {
+    writeFileSync(log, "");
+    const metrics = new AgentMetrics();
+    const host = hostWith(metrics);
+    const programs = programsWith(metrics, host, 4);
+    try {
+      await programs.add(process.pid, "k", () => ({ path: path.join(dir, "gone", "exe"), render: () => "// k\n", details: { file: "k" } }));
+      assert.deepEqual(starts(), [], "nothing to start without the file");
+      await programs.add(process.ppid, "k", spec("k"));
+      await waitForRun("start k");
+    } finally {
+      await host.stop();
+      await programs.stop();
+    }
+  });
+
   void it("takes out a file whose program bpftrace refuses, and keeps the others running", async () => {
     writeFileSync(log, "");
     const metrics = new AgentMetrics();
