@@ -38,14 +38,23 @@ export class UprobeSources {
   readonly go: GoProbes | null;
   readonly tls: TlsProbes | null;
   readonly #follow = new FollowChannel();
-  /** The one bpftrace of every file's program, Go and TLS alike. */
-  readonly #host: UprobeHost;
+  /**
+   * The bpftrace of every Go binary's program, and the one of every OpenSSL
+   * file's. One for both would save a process (about 30 MiB of its own), but
+   * a file coming in restarts its bpftrace with every file's program: a Go
+   * binary's takes seconds to compile (more with DWARF), and a new libssl's
+   * program must attach within the first one-shot scripts, as it does alone
+   * (about 1 s). Kept apart, a libssl restarts only the TLS programs.
+   */
+  readonly #goHost: UprobeHost;
+  readonly #tlsHost: UprobeHost;
 
   constructor(opts: UprobeSourcesOptions) {
     const { config, recorder, log } = opts;
-    this.#host = new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
+    const host = (): UprobeHost => new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
+    this.#goHost = host();
+    this.#tlsHost = host();
     const context = {
-      host: this.#host,
       follow: this.#follow,
       execWatch: newProgramsCanMatch(config),
       isTarget: opts.isTarget,
@@ -56,7 +65,7 @@ export class UprobeSources {
       nowNs: () => process.hrtime.bigint(),
     };
     this.go = config["go-probes"]
-      ? new GoProbes({ ...context, lines: opts.goLines, ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
+      ? new GoProbes({ ...context, host: this.#goHost, lines: opts.goLines, ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
       : null;
     // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
     // 1.3 session ticket arriving after the first request is no answer. The TLS
@@ -69,6 +78,7 @@ export class UprobeSources {
     this.tls = config["tls-probes"] && tlsTracepoint
       ? new TlsProbes({
           ...context,
+          host: this.#tlsHost,
           onVerdict: (record) => opts.records.push(record),
           // In the records' queue, in the order recorded: applied between the same records live and in replay.
           onAttached: (pid, attached, atNs) => {
@@ -105,6 +115,8 @@ export class UprobeSources {
    */
   programStages(): Stage[] {
     const sources = [...(this.go ? [this.go] : []), ...(this.tls ? [this.tls] : [])];
-    return sources.length === 0 ? [] : [...sources, stage("uprobe programs' bpftrace", () => undefined, () => this.#host.stop())];
+    return sources.length === 0
+      ? []
+      : [...sources, stage("uprobe programs' bpftrace", () => undefined, () => Promise.all([this.#goHost.stop(), this.#tlsHost.stop()]).then(() => undefined))];
   }
 }

@@ -193,7 +193,7 @@ export class AgentMetrics {
   });
   readonly uprobeProgramReloads = new Counter<"reason">({
     name: "lostwrite_uprobe_program_reloads_total",
-    help: "Restarts of the one bpftrace that runs every uprobe program (Go and TLS) because a probed file came or went.",
+    help: "Restarts of a bpftrace that runs many files' uprobe programs (one for the Go binaries, one for the OpenSSL files) because a probed file came or went.",
     labelNames: ["reason"],
     registers: [this.registry],
   });

@@ -428,7 +428,7 @@ export class BpftraceSupervisor {
       return;
     }
     if (child !== this.child || !this.ready || this.stopping) return;
-    this.opts.log.warn("bpftrace stopped beating and does not answer; restarting", { silentMs: Date.now() - this.lastBeat });
+    this.opts.log.warn("bpftrace stopped beating and does not answer; restarting", { program: this.name, silentMs: Date.now() - this.lastBeat });
     this.restarted("heartbeat_missed");
     if (child) {
       this.killedForSilence.add(child);
@@ -482,7 +482,7 @@ export class BpftraceSupervisor {
     if (healthy) this.restarts = 0;
     const delay = restartDelayMs({ healthy, restarts: this.restarts, maxBackoffMs: this.opts.maxBackoffMs });
     if (!healthy) this.restarts++;
-    this.opts.log.warn("bpftrace exited; restarting", { code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
+    this.opts.log.warn("bpftrace exited; restarting", { program: this.name, code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
     this.restartTimer = setTimeout(() => {
       try {
         this.spawn();

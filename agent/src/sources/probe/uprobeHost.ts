@@ -1,5 +1,6 @@
-// The one bpftrace that runs every probed file's uprobe program, Go binaries'
-// and OpenSSL files' alike (combinedProgram.ts joins them). One process
+// One bpftrace that runs the uprobe programs of many probed files
+// (combinedProgram.ts joins them); the agent has one for its Go binaries and
+// one for its OpenSSL files (uprobeSources.ts says why two). One process
 // instead of one per file: a bpftrace holds about 30 MiB of its own memory
 // for LLVM, clang and the kernel's BTF however small its program, and each
 // file's probes add little to that (`npm run bench:footprint` measures both).

@@ -1,6 +1,6 @@
 // One program per probed file — a Go binary, an OpenSSL library — since
-// uprobes are per inode; all of them run in one bpftrace (uprobeHost.ts,
-// combinedProgram.ts). What the Go request probes and the TLS answer probes
+// uprobes are per inode; all of a kind (Go, TLS) run in one bpftrace
+// (uprobeHost.ts, combinedProgram.ts). What the Go request probes and the TLS answer probes
 // share; each says which file a target's is and what its program is.
 //
 // A file's program is put in when the first target using the file is seen,
@@ -40,7 +40,7 @@ interface ProbedFileSpec {
 
 /** What a source of uprobe programs needs of the agent. */
 export interface UprobeContext {
-  /** The one bpftrace every file's program runs in, Go and TLS alike. */
+  /** The bpftrace every file's program of this kind runs in. */
   host: UprobeHost;
   procRoot: string;
   metrics: AgentMetrics;
