@@ -6,20 +6,27 @@
 // file's probes add little to that (`npm run bench:footprint` measures both).
 //
 // The trade-off: bpftrace 0.17 cannot add probes to a running program, so a
-// file appearing or going (not a process: those are follow messages) restarts
-// the program with the files of the moment, and for that restart every
-// followed process is on the socket path. Each part is told its program went
-// away (up(false): its processes are no longer followed from then) and, once
-// the new one attached, follows them again from then: a request in flight
-// across the restart is the socket path's, as across a crash. Changes that
+// file appearing or going (not a process: those are follow messages)
+// restarts the program with the files of the moment, a compile of every
+// file's probes (seconds for Go binaries, more for one with DWARF, which
+// bpftrace loads and keeps). The new program is made while the old one runs
+// on; once it attached, the old one is stopped and the new one reports from
+// then: its lines until then are dropped (the old program saw the same
+// events) but for its follow lines, told at the switch as following from
+// then. So the processes of the files already followed are on the socket
+// path only for the switch (the old bpftrace's exit, about a tenth of a
+// second), and a request in flight across it is the socket path's, as across
+// a crash; a new file's processes wait for the whole compile. Changes that
 // come during a restart are taken by the next, so files appearing together
-// cost one restart. A restart is counted in lostwrite_uprobe_program_reloads_total
-// and timed in the log; a crash is each part's restart, counted by its kind.
+// cost one restart. A restart is counted in
+// lostwrite_uprobe_program_reloads_total and timed in the log; a crash is
+// each part's restart, counted by its kind. For the overlap two programs of
+// a kind run: the peak memory is two.
 //
 // A file whose probes bpftrace refuses must not take the others down: when a
 // restart that added files does not attach (bpftrace exits before its hello,
-// or never says it), it is made again without the files it added, and those
-// are told they failed: their processes stay on the socket path.
+// or never says it), the old program runs on, and the files it added are
+// told they failed: their processes stay on the socket path.
 import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.ts";
 import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
@@ -127,42 +134,62 @@ export class UprobeHost {
     const wanted = new Map(this.#parts);
     const added = [...wanted.keys()].filter((id) => !before.has(id));
     const removed = [...before].filter((id) => !wanted.has(id));
+    if (added.length === 0 && removed.length === 0 && this.#program !== null) return;
     const reason = added.length > 0 ? "file_added" : "file_removed";
     const started = Date.now();
-    const restarting = this.#program !== null;
-    await this.#stopProgram();
+    const old = this.#program;
     if (wanted.size === 0) {
-      if (restarting) log.info("uprobe programs stopped: no file left to probe", { removed });
+      await this.#stopProgram();
+      if (old) log.info("uprobe programs stopped: no file left to probe", { removed });
       return;
     }
-    if (restarting) metrics.uprobeProgramReloads.inc({ reason });
-    const error = await this.#start(wanted);
-    if (error === null) {
-      log.info(restarting ? "uprobe program restarted with the files of the moment" : "uprobe program started", {
-        files: [...wanted.values()].map((p) => p.name), added, removed, tookMs: Date.now() - started,
+    if (old) metrics.uprobeProgramReloads.inc({ reason });
+    // Made before the old one is stopped: the old program goes on following
+    // its processes while the new one compiles and attaches.
+    const next = this.#start(wanted);
+    const error = await next.attached;
+    if (error !== null) {
+      await next.stop();
+      // Not attached. The files it added are the suspects: the old program
+      // still runs without them, and goes on.
+      const suspects = added.map((id) => wanted.get(id)!);
+      for (const part of suspects) {
+        this.#parts.delete(part.id);
+        part.failed(error);
+      }
+      log.warn("uprobe program did not attach; the files just added are given up on, their targets stay on the socket path", {
+        files: suspects.map((p) => p.name), error,
       });
+      if (suspects.length > 0 && (old === null || removed.length > 0)) this.#dirty = true;
       return;
     }
-    // Not attached. The files it added are the suspects: without them it ran before.
+    // The switch: the old program is stopped (its parts told it went away),
+    // then the new one's parts follow their processes from now on.
     await this.#stopProgram();
-    const suspects = added.map((id) => wanted.get(id)!);
-    for (const part of suspects) {
-      this.#parts.delete(part.id);
-      part.failed(error);
-    }
-    log.warn("uprobe program did not attach; it is started again without the files just added, whose targets stay on the socket path", {
-      files: suspects.map((p) => p.name), error,
+    this.#program = next.program;
+    this.#running = wanted;
+    next.takeOver();
+    log.info(old ? "uprobe program restarted with the files of the moment" : "uprobe program started", {
+      files: [...wanted.values()].map((p) => p.name), added, removed, tookMs: Date.now() - started,
     });
-    if (this.#parts.size > 0 && suspects.length > 0) this.#dirty = true;
   }
 
-  /** Starts a program with `parts`; null once it attached, else why not. */
-  async #start(parts: Map<number, HostedPart>): Promise<string | null> {
+  /**
+   * Starts a program with `parts`. Until takeOver() its lines are held back
+   * (another program may still report on the same processes): its follow
+   * lines are kept, to be told at the switch as following from then, and the
+   * rest dropped, being about requests the program running then also saw or
+   * that began before the switch. `attached`: null once it attached, else why not.
+   */
+  #start(parts: Map<number, HostedPart>): { program: BpftraceSupervisor; attached: Promise<string | null>; takeOver: () => void; stop: () => Promise<void> } {
     const list = [...parts.values()];
     const env: Record<string, string> = {};
     for (const part of list) Object.assign(env, part.env);
     let attached = false;
     let everAttached = false;
+    let holding = true;
+    /** Follow lines held back, per part: pid -> the record. */
+    const held = new Map<number, Map<number, ProbeRecord & { type: "follow" }>>();
     let failedBeforeHello: (error: string) => void = () => {};
     const exitedEarly = new Promise<string>((resolve) => (failedBeforeHello = resolve));
     const program = new BpftraceSupervisor({
@@ -184,7 +211,7 @@ export class UprobeHost {
           // Every part's BEGIN says hello; the first one is the program's.
           if (up === attached) return;
           attached = up;
-          for (const part of list) part.up(up);
+          if (!holding) for (const part of list) part.up(up);
         },
         restarted: (reason) => {
           if (!everAttached) failedBeforeHello(`bpftrace ${reason} before it attached`);
@@ -200,23 +227,43 @@ export class UprobeHost {
       const part = id === undefined ? undefined : parts.get(id);
       if (part === undefined) {
         // Every line of a part is tagged (combinedProgram.ts): this one is no part's.
-        if (record.type !== "hello" && record.type !== "tick" && record.type !== "attached" && record.type !== "lost") this.#o.log.warnRateLimited("uprobe-untagged", "a line of the uprobe programs names no part; dropped", { type: record.type, part: id });
+        if (record.type !== "hello" && record.type !== "tick" && record.type !== "attached" && record.type !== "lost") {
+          this.#o.log.warnRateLimited("uprobe-untagged", "a line of the uprobe programs names no part; dropped", { type: record.type, part: id });
+        }
+        return false;
+      }
+      if (holding) {
+        if (record.type === "follow") held.set(part.id, (held.get(part.id) ?? new Map<number, ProbeRecord & { type: "follow" }>()).set(record.pid, record));
+        else if (record.type === "unfollow") held.get(part.id)?.delete(record.pid);
         return false;
       }
       part.onLine?.(line);
       if (record.type !== "hello" && record.type !== "tick") part.onRecord(record);
       return false;
     });
-    this.#program = program;
-    this.#running = parts;
-    const outcome = await Promise.race([
+    const attachedOutcome = Promise.race([
       program.start().then(
         () => null,
         (error: unknown) => String(error),
       ),
       exitedEarly,
-    ]);
-    if (outcome === null) everAttached = true;
-    return outcome;
+    ]).then((outcome) => {
+      if (outcome === null) everAttached = true;
+      return outcome;
+    });
+    return {
+      program,
+      attached: attachedOutcome,
+      stop: () => program.stop(),
+      takeOver: () => {
+        holding = false;
+        // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
+        const now = process.hrtime.bigint();
+        for (const part of list) {
+          if (attached) part.up(true);
+          for (const record of held.get(part.id)?.values() ?? []) part.onRecord({ ...record, ts: now, since: now });
+        }
+      },
+    };
   }
 }

@@ -234,7 +234,9 @@ export class UprobePrograms {
       render: () => file.spec.render(through, { programId: id, pids: [...file.pids], execWatch: this.#o.execWatch }),
       flags: file.spec.flags ?? [],
       env: file.spec.env ?? {},
-      up: (attached) => this.enqueue(() => this.#up(file, attached)),
+      // Gone at once (what it followed is no longer followed from now, before
+      // a new program's follow lines); back after the changes before it.
+      up: (attached) => (attached ? this.enqueue(() => this.#up(file)) : this.#down(file)),
       restarted: (reason) => this.#o.restarts.inc({ reason }),
       failed: (error) => this.enqueue(() => this.#failed(file, error)),
       onRecord: (record) => this.#onRecord(key, file, record),
@@ -243,16 +245,17 @@ export class UprobePrograms {
     });
   }
 
-  /** The shared bpftrace attached with this file's program in it (true), or went away (false). */
-  async #up(file: ProbedFile, attached: boolean): Promise<void> {
+  /** The bpftrace with this file's program in it went away: its processes are no longer followed. */
+  #down(file: ProbedFile): void {
+    const now = this.#o.nowNs();
+    for (const pid of file.followed) this.#attached(file, pid, false, now);
+    file.followed.clear();
+  }
+
+  /** A bpftrace with this file's program in it attached (and reports for it). */
+  async #up(file: ProbedFile): Promise<void> {
     if (!file.hosted) return;
     const { what, log } = this.#o;
-    if (!attached) {
-      const now = this.#o.nowNs();
-      for (const pid of file.followed) this.#attached(file, pid, false, now);
-      file.followed.clear();
-      return;
-    }
     if (!file.counted) {
       file.counted = true;
       this.#o.attachedGauge.inc();
