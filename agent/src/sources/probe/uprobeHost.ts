@@ -13,10 +13,12 @@
 // on; once it attached, the old one is stopped and the new one reports from
 // then: its lines until then are dropped (the old program saw the same
 // events) but for its follow lines, told at the switch as following from
-// then. So the processes of the files already followed are on the socket
-// path only for the switch (the old bpftrace's exit, about a tenth of a
-// second), and a request in flight across it is the socket path's, as across
-// a crash; a new file's processes wait for the whole compile. Changes that
+// then; the old one's lines count no more from the switch, and it is stopped
+// after (a bpftrace's exit takes seconds: it detaches every probe). So the
+// processes of the files already followed are not left on the socket path
+// for a restart, only a request in flight across the switch is the socket
+// path's, as across a crash; a new file's processes wait for the whole
+// compile. Changes that
 // come during a restart are taken by the next, so files appearing together
 // cost one restart. A restart is counted in
 // lostwrite_uprobe_program_reloads_total and timed in the log; a crash is
@@ -32,6 +34,17 @@ import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.t
 import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
 import { combinePrograms } from "./combinedProgram.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
+
+/** A combined program started by the host, and what the host does with it. */
+interface RunningProgram {
+  /** null once it attached, else why not. */
+  attached: Promise<string | null>;
+  /** From now on its lines count (they were held back until then). */
+  takeOver: () => void;
+  /** From now on nothing it says counts; its parts are told it went away. */
+  retire: () => void;
+  stop: () => Promise<void>;
+}
 
 /** One file's program, as a part of the combined one. */
 export interface HostedPart {
@@ -72,7 +85,7 @@ export class UprobeHost {
   readonly #parts = new Map<number, HostedPart>();
   /** The parts in the running program (rendered into it at its last start). */
   #running = new Map<number, HostedPart>();
-  #program: BpftraceSupervisor | null = null;
+  #program: RunningProgram | null = null;
   /** A restart is due: the parts wanted differ from the running ones. */
   #dirty = false;
   #reloading: Promise<void> | null = null;
@@ -163,12 +176,15 @@ export class UprobeHost {
       if (suspects.length > 0 && (old === null || removed.length > 0)) this.#dirty = true;
       return;
     }
-    // The switch: the old program is stopped (its parts told it went away),
-    // then the new one's parts follow their processes from now on.
-    await this.#stopProgram();
-    this.#program = next.program;
+    // The switch: the old program's parts are told it went away, and its
+    // lines are no longer read; the new one's parts follow their processes
+    // from now on. Then the old bpftrace is stopped (its exit, which detaches
+    // every probe, takes seconds).
+    old?.retire();
+    this.#program = next;
     this.#running = wanted;
     next.takeOver();
+    await old?.stop();
     log.info(old ? "uprobe program restarted with the files of the moment" : "uprobe program started", {
       files: [...wanted.values()].map((p) => p.name), added, removed, tookMs: Date.now() - started,
     });
@@ -181,13 +197,15 @@ export class UprobeHost {
    * rest dropped, being about requests the program running then also saw or
    * that began before the switch. `attached`: null once it attached, else why not.
    */
-  #start(parts: Map<number, HostedPart>): { program: BpftraceSupervisor; attached: Promise<string | null>; takeOver: () => void; stop: () => Promise<void> } {
+  #start(parts: Map<number, HostedPart>): RunningProgram {
     const list = [...parts.values()];
     const env: Record<string, string> = {};
     for (const part of list) Object.assign(env, part.env);
     let attached = false;
     let everAttached = false;
     let holding = true;
+    /** Replaced by a newer program: nothing it says counts any more. */
+    let retired = false;
     /** Follow lines held back, per part: pid -> the record. */
     const held = new Map<number, Map<number, ProbeRecord & { type: "follow" }>>();
     let failedBeforeHello: (error: string) => void = () => {};
@@ -209,11 +227,12 @@ export class UprobeHost {
         env,
         up: (up) => {
           // Every part's BEGIN says hello; the first one is the program's.
-          if (up === attached) return;
+          if (up === attached || retired) return;
           attached = up;
           if (!holding) for (const part of list) part.up(up);
         },
         restarted: (reason) => {
+          if (retired) return;
           if (!everAttached) failedBeforeHello(`bpftrace ${reason} before it attached`);
           else for (const part of list) part.restarted(reason);
         },
@@ -224,6 +243,7 @@ export class UprobeHost {
     program.name = `uprobe programs (${list.length})`;
     program.onRecord((record, id, line) => {
       if (record.type === "hello") everAttached = true;
+      if (retired) return false;
       const part = id === undefined ? undefined : parts.get(id);
       if (part === undefined) {
         // Every line of a part is tagged (combinedProgram.ts): this one is no part's.
@@ -252,9 +272,12 @@ export class UprobeHost {
       return outcome;
     });
     return {
-      program,
       attached: attachedOutcome,
       stop: () => program.stop(),
+      retire: () => {
+        retired = true;
+        if (attached && !holding) for (const part of list) part.up(false);
+      },
       takeOver: () => {
         holding = false;
         // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
