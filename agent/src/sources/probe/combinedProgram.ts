@@ -18,7 +18,7 @@
 // follow messages already carry.
 
 /** One file's program in a combined one. */
-export interface ProgramPart {
+interface ProgramPart {
   /** The file's follow id (0…254): its maps' suffix, and its lines' tag. */
   id: number;
   /** Its whole program, as its renderer made it. */
@@ -26,7 +26,7 @@ export interface ProgramPart {
 }
 
 /** One top-level item of a program: its header (the probe and predicate) and its body, braces left out. */
-export interface ProgramBlock {
+interface ProgramBlock {
   header: string;
   body: string;
 }

@@ -47,7 +47,7 @@ interface RunningProgram {
 }
 
 /** One file's program, as a part of the combined one. */
-export interface HostedPart {
+interface HostedPart {
   /** Its follow id (followChannel.ts): its maps' suffix and its lines' tag. */
   id: number;
   /** What the logs call it. */
@@ -70,7 +70,7 @@ export interface HostedPart {
   failed: (error: string) => void;
 }
 
-export interface UprobeHostOptions {
+interface UprobeHostOptions {
   bpftrace: string;
   agentHostPid: number;
   metrics: AgentMetrics;
