@@ -1,34 +1,38 @@
-// One bpftrace that runs the uprobe programs of many probed files
-// (combinedProgram.ts joins them); the agent has one for its Go binaries and
-// one for its OpenSSL files (uprobeSources.ts says why two). One process
-// instead of one per file: a bpftrace holds about 30 MiB of its own memory
-// for LLVM, clang and the kernel's BTF however small its program, and each
-// file's probes add little to that (`npm run bench:footprint` measures both).
+// The bpftrace processes that run the uprobe programs of many probed files
+// (combinedProgram.ts joins them); the agent has a host for its Go binaries
+// and one for its OpenSSL files (uprobeSources.ts says why two). At rest a
+// host runs one bpftrace for all its files instead of one per file: a
+// bpftrace holds about 30 MiB of its own memory for LLVM, clang and the
+// kernel's BTF however small its program, and each file's probes add less
+// than that (`npm run bench:footprint` measures both).
 //
-// The trade-off: bpftrace 0.17 cannot add probes to a running program, so a
-// file appearing or going (not a process: those are follow messages)
-// restarts the program with the files of the moment, a compile of every
-// file's probes (seconds for Go binaries, more for one with DWARF, which
-// bpftrace loads and keeps). The new program is made while the old one runs
-// on; once it attached, the old one is stopped and the new one reports from
-// then: its lines until then are dropped (the old program saw the same
-// events) but for its follow lines, told at the switch as following from
-// then; the old one's lines count no more from the switch, and it is stopped
-// after (a bpftrace's exit takes seconds: it detaches every probe). So the
-// processes of the files already followed are not left on the socket path
-// for a restart, only a request in flight across the switch is the socket
-// path's, as across a crash; a new file's processes wait for the whole
-// compile. Changes that
-// come during a restart are taken by the next, so files appearing together
-// cost one restart. A restart is counted in
-// lostwrite_uprobe_program_reloads_total and timed in the log; a crash is
-// each part's restart, counted by its kind. For the overlap two programs of
-// a kind run: the peak memory is two.
+// bpftrace 0.17 cannot add probes to a running program, and compiling a Go
+// binary's probes takes seconds (more with DWARF, which bpftrace loads). So a
+// file appearing (not a process: those are follow messages) gets a program
+// of its own at once, in a bpftrace of its own, compiled beside whatever else
+// is compiling: its processes wait for their own file's compile and nothing
+// else (a one-shot kubectl is gone in a fraction of a second). Once the
+// files have not changed for mergeAfterMs, the programs running are merged
+// into one: a compile of every file's probes, made while they run on; once
+// it attached they are retired and it reports from then. Its lines until
+// then are dropped (the old programs saw the same events) but for its follow
+// lines, told at the switch as following from then; the old ones' lines
+// count no more from the switch, and they are stopped after (a bpftrace's
+// exit takes seconds: it detaches every probe). So no process already
+// followed is left on the socket path for a compile, only a request in
+// flight across the switch is the socket path's, as across a crash.
 //
-// A file whose probes bpftrace refuses must not take the others down: when a
-// restart that added files does not attach (bpftrace exits before its hello,
-// or never says it), the old program runs on, and the files it added are
-// told they failed: their processes stay on the socket path.
+// A file going costs no compile: a program of its own is stopped; in a merged
+// program its lines count no more at once, and its probes go at the next
+// merge (its descriptor and follow id are freed when no bpftrace holds them).
+// A merge is counted in lostwrite_uprobe_program_reloads_total and timed in
+// the log; a crash is each part's restart, counted by its kind. For a compile
+// one more bpftrace of the kind runs.
+//
+// A file whose probes bpftrace refuses must not take the others down: its
+// own program does not attach, and it is told it failed (its processes stay
+// on the socket path); a merge that does not attach leaves the programs
+// running apart.
 import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.ts";
 import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
@@ -37,12 +41,18 @@ import type { ProbeRecord } from "./probeOutput.ts";
 
 /** A combined program started by the host, and what the host does with it. */
 interface RunningProgram {
+  /** The parts rendered into it at its start, dropped ones included (their probes run until it stops). */
+  parts: ReadonlyMap<number, HostedPart>;
+  /** Its parts not dropped. */
+  live: () => HostedPart[];
   /** null once it attached, else why not. */
   attached: Promise<string | null>;
   /** From now on its lines count (they were held back until then). */
   takeOver: () => void;
   /** From now on nothing it says counts; its parts are told it went away. */
   retire: () => void;
+  /** From now on nothing it says of this part counts, nor is the part in it at a restart; the part is told it went away. */
+  drop: (id: number) => void;
   stop: () => Promise<void>;
 }
 
@@ -60,13 +70,13 @@ interface HostedPart {
   onRecord: (record: ProbeRecord) => void;
   /** Every raw line of its part (--record), its tag kept: the parser takes it off on replay too. */
   onLine?: (line: string) => void;
-  /** The program with this part in it attached (true) or went away (false). */
+  /** A program with this part in it took over and attached (true), or went away (false). */
   up: (attached: boolean) => void;
   /** Asks its program for a `beat` line (a follow message for its id): the program's answer when its ticks stop. */
   askForBeat: () => Promise<void>;
   /** The program crashed and is being started again with this part in it. */
   restarted: (reason: ProbeRestartReason) => void;
-  /** The part was taken out because the program with it did not attach. */
+  /** The part was taken out because its program did not attach. */
   failed: (error: string) => void;
 }
 
@@ -77,117 +87,155 @@ interface UprobeHostOptions {
   log: Logger;
   /** How long a (re)started program may take to attach (default 30 s). */
   readyTimeoutMs?: number;
+  /** How long the files must stay unchanged before the programs are merged into one (default a minute). */
+  mergeAfterMs?: number;
 }
 
+const MERGE_AFTER_MS = 60_000;
+
 export class UprobeHost {
-  readonly #o: UprobeHostOptions & { readyTimeoutMs: number };
+  readonly #o: UprobeHostOptions & { readyTimeoutMs: number; mergeAfterMs: number };
   /** The parts wanted, by id. */
   readonly #parts = new Map<number, HostedPart>();
-  /** The parts in the running program (rendered into it at its last start). */
-  #running = new Map<number, HostedPart>();
-  #program: RunningProgram | null = null;
-  /** A restart is due: the parts wanted differ from the running ones. */
-  #dirty = false;
-  #reloading: Promise<void> | null = null;
+  /** The programs that took over: their lines count. */
+  #running: RunningProgram[] = [];
+  /** Every program started and not stopped yet: compiling, running, or retired and stopping. */
+  readonly #alive = new Set<RunningProgram>();
+  /** Ids of parts taken out → who waits for no bpftrace to hold them. */
+  readonly #leaving = new Map<number, (() => void)[]>();
+  #mergeTimer: NodeJS.Timeout | null = null;
+  #merging = false;
   #stopped = false;
 
   constructor(opts: UprobeHostOptions) {
-    this.#o = { readyTimeoutMs: 30_000, ...opts };
+    this.#o = { readyTimeoutMs: 30_000, mergeAfterMs: MERGE_AFTER_MS, ...opts };
   }
 
-  /** Files in the running program. */
+  /** Files in the running programs. */
   get parts(): number {
-    return this.#running.size;
+    return this.#running.reduce((n, p) => n + p.live().length, 0);
   }
 
-  /** Puts a file's program in; resolves once the program with it started (or failed, told to the part). */
+  /** bpftrace processes running programs that took over. */
+  get programs(): number {
+    return this.#running.length;
+  }
+
+  /** Puts a file's program in, in a bpftrace of its own; resolves once it attached (or failed, told to the part). */
   add(part: HostedPart): Promise<void> {
     this.#parts.set(part.id, part);
-    return this.#reload();
+    this.#quiet();
+    return this.#startAlone(part);
   }
 
-  /** Takes a file's program out; resolves once no running program holds it. */
+  /**
+   * Takes a file's program out: its lines count no more from now. Resolves
+   * once no bpftrace holds it (its descriptor and id may then be freed): at
+   * once when it ran alone, at the next merge when it was merged.
+   */
   remove(id: number): Promise<void> {
     if (!this.#parts.delete(id)) return Promise.resolve();
-    return this.#reload();
+    for (const program of this.#alive) if (program.parts.has(id)) program.drop(id);
+    for (const program of this.#running.filter((p) => p.live().length === 0)) {
+      this.#running = this.#running.filter((p) => p !== program);
+      program.retire();
+      void this.#discard(program);
+    }
+    this.#quiet();
+    if (!this.#held(id)) return Promise.resolve();
+    return new Promise((resolve) => this.#leaving.set(id, [...(this.#leaving.get(id) ?? []), resolve]));
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
-    await this.#reloading;
-    await this.#stopProgram();
+    if (this.#mergeTimer) clearTimeout(this.#mergeTimer);
+    this.#running = [];
+    // Their parts are told they went away (up(false)).
+    await Promise.all([...this.#alive].map((p) => this.#discard(p)));
   }
 
-  /** Restarts the program with the parts wanted, once for every change made before it begins. */
-  #reload(): Promise<void> {
-    this.#dirty = true;
-    this.#reloading ??= (async () => {
-      try {
-        while (this.#dirty && !this.#stopped) {
-          this.#dirty = false;
-          await this.#restart();
-        }
-      } finally {
-        this.#reloading = null;
-      }
-    })();
-    return this.#reloading;
+  #held(id: number): boolean {
+    return [...this.#alive].some((p) => p.parts.has(id));
   }
 
-  async #stopProgram(): Promise<void> {
-    const program = this.#program;
-    this.#program = null;
-    this.#running = new Map();
-    await program?.stop(); // its parts are told it went away (up(false))
-  }
-
-  async #restart(): Promise<void> {
-    const { log, metrics } = this.#o;
-    const before = new Set(this.#running.keys());
-    const wanted = new Map(this.#parts);
-    const added = [...wanted.keys()].filter((id) => !before.has(id));
-    const removed = [...before].filter((id) => !wanted.has(id));
-    if (added.length === 0 && removed.length === 0 && this.#program !== null) return;
-    const reason = added.length > 0 ? "file_added" : "file_removed";
-    const started = Date.now();
-    const old = this.#program;
-    if (wanted.size === 0) {
-      await this.#stopProgram();
-      if (old) log.info("uprobe programs stopped: no file left to probe", { removed });
-      return;
+  /** Stops a program and forgets it; the parts taken out that no bpftrace holds any more are let go. */
+  async #discard(program: RunningProgram): Promise<void> {
+    await program.stop();
+    this.#alive.delete(program);
+    for (const [id, waiters] of this.#leaving) {
+      if (this.#held(id)) continue;
+      this.#leaving.delete(id);
+      for (const release of waiters) release();
     }
-    if (old) metrics.uprobeProgramReloads.inc({ reason });
-    // Made before the old one is stopped: the old program goes on following
-    // its processes while the new one compiles and attaches.
-    const next = this.#start(wanted);
-    const error = await next.attached;
-    if (error !== null) {
-      await next.stop();
-      // Not attached. The files it added are the suspects: the old program
-      // still runs without them, and goes on.
-      const suspects = added.map((id) => wanted.get(id)!);
-      for (const part of suspects) {
+  }
+
+  async #startAlone(part: HostedPart): Promise<void> {
+    const { log } = this.#o;
+    const started = Date.now();
+    const program = this.#start(new Map([[part.id, part]]));
+    const error = await program.attached;
+    if (error !== null || this.#stopped || program.live().length === 0) {
+      await this.#discard(program);
+      if (error !== null && !this.#stopped && this.#parts.get(part.id) === part) {
         this.#parts.delete(part.id);
         part.failed(error);
+        log.warn("uprobe program did not attach; its file is given up on, its targets stay on the socket path", { file: part.name, error });
       }
-      log.warn("uprobe program did not attach; the files just added are given up on, their targets stay on the socket path", {
-        files: suspects.map((p) => p.name), error,
-      });
-      if (suspects.length > 0 && (old === null || removed.length > 0)) this.#dirty = true;
       return;
     }
-    // The switch: the old program's parts are told it went away, and its
-    // lines are no longer read; the new one's parts follow their processes
-    // from now on. Then the old bpftrace is stopped (its exit, which detaches
-    // every probe, takes seconds).
-    old?.retire();
-    this.#program = next;
-    this.#running = wanted;
-    next.takeOver();
-    await old?.stop();
-    log.info(old ? "uprobe program restarted with the files of the moment" : "uprobe program started", {
-      files: [...wanted.values()].map((p) => p.name), added, removed, tookMs: Date.now() - started,
-    });
+    this.#running.push(program);
+    program.takeOver();
+    log.info("uprobe program started", { file: part.name, programs: this.#running.length, tookMs: Date.now() - started });
+  }
+
+  /** (Re)arms the merge: once the files have not changed for mergeAfterMs. */
+  #quiet(): void {
+    if (this.#mergeTimer) clearTimeout(this.#mergeTimer);
+    this.#mergeTimer = null;
+    if (this.#stopped) return;
+    this.#mergeTimer = setTimeout(() => {
+      this.#mergeTimer = null;
+      void this.#merge();
+    }, this.#o.mergeAfterMs);
+    this.#mergeTimer.unref();
+  }
+
+  /** More than one program runs, or one still holds the probes of a file taken out. */
+  #mergeDue(): boolean {
+    return this.#running.length > 1 || this.#running.some((p) => p.live().length < p.parts.size);
+  }
+
+  /** One program of every running file, made while the programs run on; they are retired once it attached. */
+  async #merge(): Promise<void> {
+    if (this.#merging || this.#stopped || !this.#mergeDue()) return;
+    const { log, metrics } = this.#o;
+    const old = [...this.#running];
+    const parts = new Map(old.flatMap((p) => p.live().map((part) => [part.id, part] as const)));
+    const started = Date.now();
+    metrics.uprobeProgramReloads.inc({ reason: old.length > 1 ? "merged" : "file_removed" });
+    this.#merging = true;
+    try {
+      const next = this.#start(parts);
+      const error = await next.attached;
+      if (error !== null || this.#stopped || next.live().length === 0) {
+        await this.#discard(next);
+        if (error !== null && !this.#stopped) log.warn("uprobe programs could not be merged into one; they run on apart", { files: [...parts.values()].map((p) => p.name), error });
+        return;
+      }
+      // The switch: the replaced programs' parts are told they went away, and
+      // their lines are no longer read; the new one's parts follow their
+      // processes from now on. Programs started for files that came during
+      // the compile run on beside it, to the next merge.
+      const replaced = old.filter((p) => this.#running.includes(p));
+      for (const p of replaced) p.retire();
+      this.#running = [...this.#running.filter((p) => !replaced.includes(p)), next];
+      next.takeOver();
+      log.info("uprobe programs merged into one", { files: next.live().map((p) => p.name), replaced: replaced.length, programs: this.#running.length, tookMs: Date.now() - started });
+      await Promise.all(replaced.map((p) => this.#discard(p)));
+    } finally {
+      this.#merging = false;
+    }
+    if (this.#mergeDue()) this.#quiet();
   }
 
   /**
@@ -206,6 +254,9 @@ export class UprobeHost {
     let holding = true;
     /** Replaced by a newer program: nothing it says counts any more. */
     let retired = false;
+    /** Parts taken out: what they say counts no more, and a restart leaves them out. */
+    const dropped = new Set<number>();
+    const live = (): HostedPart[] => list.filter((part) => !dropped.has(part.id));
     /** Follow lines held back, per part: pid -> the record. */
     const held = new Map<number, Map<number, ProbeRecord & { type: "follow" }>>();
     let failedBeforeHello: (error: string) => void = () => {};
@@ -221,20 +272,21 @@ export class UprobeHost {
       onInstance: () => {},
       readyTimeoutMs: this.#o.readyTimeoutMs,
       program: {
-        // At every (re)start: each part with its processes of the moment.
-        render: () => combinePrograms(list.map((part) => ({ id: part.id, text: part.render() }))),
+        // At every (re)start: each part with its processes of the moment
+        // (all of them when none is left: such a program is being stopped).
+        render: () => combinePrograms((live().length > 0 ? live() : list).map((part) => ({ id: part.id, text: part.render() }))),
         flags: [...new Set(list.flatMap((part) => part.flags))],
         env,
         up: (up) => {
           // Every part's BEGIN says hello; the first one is the program's.
           if (up === attached || retired) return;
           attached = up;
-          if (!holding) for (const part of list) part.up(up);
+          if (!holding) for (const part of live()) part.up(up);
         },
         restarted: (reason) => {
           if (retired) return;
           if (!everAttached) failedBeforeHello(`bpftrace ${reason} before it attached`);
-          else for (const part of list) part.restarted(reason);
+          else for (const part of live()) part.restarted(reason);
         },
         // Any part's follow id reaches the program: the first one's answers for all.
         askForBeat: () => list[0]!.askForBeat(),
@@ -245,6 +297,7 @@ export class UprobeHost {
       if (record.type === "hello") everAttached = true;
       if (retired) return false;
       const part = id === undefined ? undefined : parts.get(id);
+      if (part !== undefined && dropped.has(part.id)) return false;
       if (part === undefined) {
         // Every line of a part is tagged (combinedProgram.ts): this one is no part's.
         if (record.type !== "hello" && record.type !== "tick" && record.type !== "attached" && record.type !== "lost") {
@@ -271,22 +324,32 @@ export class UprobeHost {
       if (outcome === null) everAttached = true;
       return outcome;
     });
-    return {
+    const running: RunningProgram = {
+      parts,
+      live,
       attached: attachedOutcome,
       stop: () => program.stop(),
       retire: () => {
+        if (attached && !holding && !retired) for (const part of live()) part.up(false);
         retired = true;
-        if (attached && !holding) for (const part of list) part.up(false);
+      },
+      drop: (id) => {
+        const part = parts.get(id);
+        if (part === undefined || dropped.has(id)) return;
+        dropped.add(id);
+        if (attached && !holding && !retired) part.up(false);
       },
       takeOver: () => {
         holding = false;
         // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
         const now = process.hrtime.bigint();
-        for (const part of list) {
+        for (const part of live()) {
           if (attached) part.up(true);
           for (const record of held.get(part.id)?.values() ?? []) part.onRecord({ ...record, ts: now, since: now });
         }
       },
     };
+    this.#alive.add(running);
+    return running;
   }
 }

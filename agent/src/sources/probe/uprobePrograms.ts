@@ -1,7 +1,8 @@
 // One program per probed file — a Go binary, an OpenSSL library — since
-// uprobes are per inode; all of a kind (Go, TLS) run in one bpftrace
-// (uprobeHost.ts, combinedProgram.ts). What the Go request probes and the TLS answer probes
-// share; each says which file a target's is and what its program is.
+// uprobes are per inode; those of a kind (Go, TLS) are merged into one
+// bpftrace at rest (uprobeHost.ts, combinedProgram.ts). What the Go request
+// probes and the TLS answer probes share; each says which file a target's is
+// and what its program is.
 //
 // A file's program is put in when the first target using the file is seen,
 // and then kept: it attaches through a descriptor the agent holds open on the
@@ -10,11 +11,11 @@
 // instruction and a program never goes with the process it was made for.
 // Which processes it reports on is a map in the kernel (followedPids.ts),
 // changed by follow messages (followChannel.ts): a target coming or going
-// never restarts it; a file coming or going restarts the shared bpftrace
-// (uprobeHost.ts says what that costs). A program whose file no target has
-// used for idleMs is taken out and its descriptor closed, and at most maxIdle
-// programs wait idle; a crash restarts the shared bpftrace with the targets
-// of the moment.
+// never restarts it; a file coming in gets a bpftrace of its own until its
+// kind's programs are merged into one (uprobeHost.ts says when, and what it
+// costs). A program whose file no target has used for idleMs is taken out
+// and its descriptor closed, and at most maxIdle programs wait idle; a crash
+// restarts its bpftrace with the targets of the moment.
 import { existsSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
@@ -190,7 +191,7 @@ export class UprobePrograms {
     this.#stopped = true;
     if (this.#sweeper) clearInterval(this.#sweeper);
     await this.#work;
-    await Promise.all([...this.#files.values()].map((file) => this.#stopProgram(file)));
+    for (const file of this.#files.values()) this.#stopProgram(file);
     this.#files.clear();
   }
 
@@ -269,7 +270,8 @@ export class UprobePrograms {
     if (!file.hosted) return;
     this.#o.log.warn(`${this.#o.what} did not attach; its targets stay on the socket path`, { ...file.spec.details, error });
     file.failed = true;
-    await this.#release(file);
+    // No bpftrace holds it: its own did not attach.
+    await this.#release(file)();
   }
 
   #onRecord(key: string, file: ProbedFile, record: ProbeRecord): void {
@@ -292,37 +294,44 @@ export class UprobePrograms {
     }
   }
 
-  async #stopProgram(file: ProbedFile): Promise<void> {
+  /**
+   * Takes the file's program out: its lines count no more from now (its
+   * followed pids are told it went away, up(false)). Its descriptor and id
+   * are freed once no bpftrace holds them, which for a merged program is at
+   * the next merge: not waited for here, where the changes behind this one,
+   * a new file's among them, would wait too.
+   */
+  #stopProgram(file: ProbedFile): void {
     if (!file.hosted) return;
-    await this.#o.host.remove(file.id); // its followed pids are told it went away (up(false))
-    await this.#release(file);
+    const gone = this.#o.host.remove(file.id);
+    const release = this.#release(file);
+    void gone.then(release, release);
     this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
   }
 
-  /** Its descriptor closed and its id free: after no running program holds them. */
-  async #release(file: ProbedFile): Promise<void> {
+  /** Counts the file's program out now; returns what closes its descriptor and frees its id, once no bpftrace holds them. */
+  #release(file: ProbedFile): () => Promise<void> {
     file.hosted = false;
     if (file.counted) this.#o.attachedGauge.dec();
     file.counted = false;
-    await file.handle?.close();
+    const { handle, id } = file;
     file.handle = null;
-    this.#o.follow.release(file.id);
+    return async () => {
+      await handle?.close();
+      this.#o.follow.release(id);
+    };
   }
 
-  /**
-   * Programs whose file no target has used for idleMs, and the longest idle
-   * past maxIdle, one at a time: stopping one takes a while, and meanwhile a
-   * new process of another idle file may have made it used again.
-   */
-  async #stopIdle(): Promise<void> {
+  /** Programs whose file no target has used for idleMs, and the longest idle past maxIdle. */
+  #stopIdle(): Promise<void> {
     for (;;) {
       const now = Date.now();
       const idle = [...this.#files].filter(([, file]) => file.idleSince !== null).sort(([, a], [, b]) => a.idleSince! - b.idleSince!);
       const stale = idle.find(([, file], i) => now - file.idleSince! >= this.#o.idleMs || idle.length - i > this.#o.maxIdle);
-      if (stale === undefined) return;
+      if (stale === undefined) return Promise.resolve();
       const [key, file] = stale;
       this.#files.delete(key);
-      await this.#stopProgram(file);
+      this.#stopProgram(file);
     }
   }
 }

@@ -1,8 +1,9 @@
-// Every probed file's program in one bpftrace, kept while processes of the
-// files come and go: a stand-in for bpftrace (a script that says hello, beats,
-// and logs when it starts and stops, with the files its program holds) shows
-// what is started and stopped; the follow messages are real (refused connects
-// on loopback).
+// The probed files' programs, kept while processes of the files come and go:
+// each new file's in a bpftrace of its own at once, merged into one once the
+// files stay unchanged. A stand-in for bpftrace (a script that says hello,
+// beats, and logs when it starts and stops, with the files its program holds)
+// shows what is started and stopped; the follow messages are real (refused
+// connects on loopback).
 import assert from "node:assert/strict";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -28,13 +29,16 @@ void describe("uprobe programs", { timeout: 30_000 }, () => {
     fake = path.join(dir, "bpftrace");
     // Called as `bpftrace -f json [flags] FILE AGENT_PID`: logs the files its program holds (the combined
     // program's "// #ID: FIRST LINE" comments), then beats until told to stop. A program holding a "slow"
-    // file takes half a second to exit; one holding a "broken" file exits at once, before its hello.
+    // file takes half a second to exit; one holding a "broken" file exits at once, before its hello; one
+    // holding a "held" file and another (a merge) compiles until the test opens the gate.
     writeFileSync(fake, String.raw`#!/bin/sh
 eval "file=\$$(($# - 1))"
 files=$(grep '^// #' "$file" | sed 's|^// #[0-9]*: ||' | paste -sd, -)
 echo "start $files" >> "${log}"
 case "$files" in *broken*) exit 1;; esac
 trap 'echo "stop $files" >> "${log}"; case "$files" in *slow*) sleep 0.5;; esac; exit 0' INT TERM
+case "$files" in *held*,*|*,*held*) while [ ! -e "${dir}/gate" ]; do sleep 0.05; done;; esac
+echo "attached $files" >> "${log}"
 printf '%s\n' '{"type": "printf", "data": "hello 1 1\n"}'
 while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; done
 `);
@@ -85,14 +89,25 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       onAttached: () => {},
       maxIdle,
     });
-  const hostWith = (metrics: AgentMetrics): UprobeHost => new UprobeHost({ bpftrace: fake, agentHostPid: process.pid, metrics, log: quiet });
+  /** No merge within a test unless it asks for one. */
+  const hostWith = (metrics: AgentMetrics, mergeAfterMs = 600_000, log: Logger = quiet): UprobeHost =>
+    new UprobeHost({ bpftrace: fake, agentHostPid: process.pid, metrics, log, mergeAfterMs });
+  const attachedNow = async (metrics: AgentMetrics): Promise<number> => (await metrics.goProbesAttached.get()).values[0]?.value ?? 0;
+  async function waitFor(what: string, ok: () => boolean | Promise<boolean>): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    while (!(await ok())) {
+      if (Date.now() > deadline) throw new Error(`waited for ${what}; runs: ${JSON.stringify(runs())}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+  const gate = (): string => path.join(dir, "gate");
   const spec = (name: string) => () => {
     const file = path.join(dir, name);
     writeFileSync(file, name);
     return { path: file, render: () => `// ${name}\n`, details: { file: name } };
   };
 
-  void it("runs every file's program in one bpftrace, restarted when a file comes or goes, never for a pid; the longest idle go past maxIdle", async () => {
+  void it("starts each new file's program at once in a bpftrace of its own, never restarts one for a pid, and stops a file's own program when it goes, compiling nothing", async () => {
     writeFileSync(log, "");
     const metrics = new AgentMetrics();
     const host = hostWith(metrics);
@@ -101,38 +116,98 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       // Two live processes of file a, one after the other, coming and going: one start.
       const [live1, live2] = [process.pid, process.ppid];
       await programs.add(live1, "a", spec("a"));
-      await waitForRun("start a");
+      await waitForRun("attached a");
       await programs.add(live2, "a", spec("a"));
       await programs.remove(live1);
       await programs.remove(live2);
       await programs.add(live1, "a", spec("a"));
       await programs.remove(live1);
-      assert.deepEqual(runs(), ["start a"], "never restarted for a pid");
+      assert.deepEqual(runs(), ["start a", "attached a"], "never restarted for a pid");
       assert.equal(programs.pidsOf("a"), 0);
 
-      // Three more files, each left idle in turn: each comes in with a restart; a and b, idle longest, are taken out.
+      // Three more files, each left idle in turn, each in a program of its own; a and b, idle longest, are stopped.
       await programs.add(live1, "b", spec("b"));
-      await waitForRun("start a,b");
+      await waitForRun("start b");
       await programs.remove(live1);
       await programs.add(live1, "c", spec("c"));
-      await waitForRun("start a,b,c");
+      await waitForRun("start c");
       await programs.remove(live1);
-      await waitForRun("start b,c");
+      await waitForRun("stop a");
       await programs.add(live1, "d", spec("d"));
-      await waitForRun("start b,c,d");
+      await waitForRun("start d");
       await programs.remove(live1);
-      await waitForRun("start c,d");
-      assert.deepEqual(starts(), ["start a", "start a,b", "start a,b,c", "start b,c", "start b,c,d", "start c,d"]);
-      assert.ok(runs().indexOf("start a,b") < runs().indexOf("stop a"), "the new program started before the old one was stopped");
+      await waitForRun("stop b");
+      assert.deepEqual(starts(), ["start a", "start b", "start c", "start d"], "no program compiled again");
       assert.equal(await sum(metrics.goProbeRestarts), 0, "no crash counted");
-      assert.equal(await sum(metrics.uprobeProgramReloads, "file_added"), 3);
-      assert.equal(await sum(metrics.uprobeProgramReloads, "file_removed"), 2);
-      assert.equal((await metrics.goProbesAttached.get()).values[0]?.value, 2, "c and d attached");
+      assert.equal(await sum(metrics.uprobeProgramReloads), 0, "nothing merged");
+      await waitFor("c and d attached", async () => (await attachedNow(metrics)) === 2);
+      assert.equal(host.programs, 2);
     } finally {
       await host.stop();
       await programs.stop();
     }
-    assert.equal(runs().at(-1), "stop c,d", "stopped once, with what it held");
+    assert.deepEqual(runs().filter((r) => r.startsWith("stop")).sort(), ["stop a", "stop b", "stop c", "stop d"], "each stopped once");
+  });
+
+  void it("merges the programs into one once the files have not changed for a while, made before the old ones stop, while a new file gets its own at once", async () => {
+    writeFileSync(log, "");
+    rmSync(gate(), { force: true });
+    const metrics = new AgentMetrics();
+    const host = hostWith(metrics, 200);
+    const programs = programsWith(metrics, host, 4);
+    try {
+      await programs.add(process.pid, "m", spec("m"));
+      await programs.add(process.ppid, "held-n", spec("held-n"));
+      await waitForRun("attached m");
+      await waitForRun("attached held-n");
+      // Unchanged for 200 ms: merged, in a compile the gate holds.
+      await waitFor("the merge's start", () => starts().some((r) => r === "start m,held-n" || r === "start held-n,m"));
+      const merged = starts().at(-1)!.slice("start ".length);
+      // A new file while the merge compiles: its own program attaches, the merge still compiling.
+      await programs.add(1, "o", spec("o"));
+      await waitForRun("attached o");
+      await waitFor("o counted attached", async () => (await attachedNow(metrics)) === 3);
+      assert.ok(!runs().includes(`attached ${merged}`), "o did not wait for the merge");
+      assert.ok(!runs().includes("stop m") && !runs().includes("stop held-n"), "the old programs run while the merge compiles");
+      writeFileSync(gate(), "");
+      await waitForRun("stop m");
+      await waitForRun("stop held-n");
+      assert.ok(runs().indexOf(`attached ${merged}`) < runs().indexOf("stop m"), "made before the old ones were stopped");
+      // o, which came during the merge, is merged in at the next one.
+      await waitFor("o merged", () => runs().includes("stop o") && starts().length === 5);
+      assert.equal(starts().at(-1)!.split(",").length, 3, starts().at(-1));
+      await waitFor("the merged program taken over", () => host.programs === 1);
+      assert.equal(host.parts, 3);
+      assert.equal(await sum(metrics.uprobeProgramReloads, "merged"), 2);
+      assert.equal(await attachedNow(metrics), 3, "every file attached throughout");
+      assert.equal(await sum(metrics.goProbeRestarts), 0, "no crash counted");
+    } finally {
+      await host.stop();
+      await programs.stop();
+      rmSync(gate(), { force: true });
+    }
+  });
+
+  void it("takes a file out of a merged program at once, and its probes at the next merge", async () => {
+    writeFileSync(log, "");
+    const metrics = new AgentMetrics();
+    const host = hostWith(metrics, 200);
+    const programs = programsWith(metrics, host, 0);
+    try {
+      await programs.add(process.pid, "p", spec("p"));
+      await programs.add(process.ppid, "q", spec("q"));
+      await waitFor("p and q merged", () => host.programs === 1 && host.parts === 2);
+      await programs.remove(process.ppid); // q idle; none may wait idle
+      assert.equal(host.parts, 1, "q's lines count no more");
+      await waitFor("q counted out", async () => (await attachedNow(metrics)) === 1);
+      const mergedOf = starts().at(-1)!;
+      await waitFor("p alone", () => starts().at(-1) === "start p" && runs().includes(`stop ${mergedOf.slice("start ".length)}`));
+      assert.equal(await sum(metrics.uprobeProgramReloads, "file_removed"), 1);
+      assert.equal(host.programs, 1);
+    } finally {
+      await host.stop();
+      await programs.stop();
+    }
   });
 
   void it("keeps a program whose file is used again while an older idle one is being taken out", async () => {
@@ -146,16 +221,15 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
       await waitForRun("start slow-e");
       await programs.remove(live); // idle, kept: one may wait
       await programs.add(live, "f", spec("f"));
-      await waitForRun("start slow-e,f");
+      await waitForRun("attached f");
       // f idle too: two idle past maxIdle 1, so slow-e, idle longest, is taken out, which takes half a second…
-      const removing = programs.remove(live);
-      await waitForRun("stop slow-e,f");
+      await programs.remove(live);
+      await waitForRun("stop slow-e");
       // …meanwhile a new process of f starts.
       await programs.add(process.ppid, "f", spec("f"));
-      await removing;
-      await waitForRun("start f");
       assert.equal(programs.pidsOf("f"), 1);
-      assert.deepEqual(starts(), ["start slow-e", "start slow-e,f", "start f"], "f's program kept through slow-e's removal");
+      assert.deepEqual(starts(), ["start slow-e", "start f"], "f's program kept through slow-e's removal");
+      assert.ok(!runs().includes("stop f"));
     } finally {
       await host.stop();
       await programs.stop();
@@ -183,19 +257,18 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
     const metrics = new AgentMetrics();
     const warnings: string[] = [];
     const logger: Logger = { ...quiet, warn: (msg) => warnings.push(msg) };
-    const host = new UprobeHost({ bpftrace: fake, agentHostPid: process.pid, metrics, log: logger });
+    const host = hostWith(metrics, 600_000, logger);
     const programs = programsWith(metrics, host, 4, logger);
     try {
       await programs.add(process.pid, "g", spec("g"));
-      await waitForRun("start g");
+      await waitForRun("attached g");
       await programs.add(process.ppid, "broken-h", spec("broken-h"));
-      await waitForRun("start g,broken-h");
+      await waitForRun("start broken-h");
       // Given up on, once the bpftrace with it exited; g's program ran on. A new process of broken-h changes nothing.
-      const deadline = Date.now() + 10_000;
-      while (!warnings.some((w) => w.startsWith("Test probe did not attach")) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      await waitFor("the warning", () => warnings.some((w) => w.startsWith("Test probe did not attach")));
       await programs.add(1, "broken-h", spec("broken-h"));
-      assert.deepEqual(runs(), ["start g", "start g,broken-h"], "g's program never stopped, nothing started again");
-      assert.equal((await metrics.goProbesAttached.get()).values[0]?.value, 1, "g attached, broken-h not");
+      assert.deepEqual(runs(), ["start g", "attached g", "start broken-h"], "g's program never stopped, nothing started again");
+      assert.equal(await attachedNow(metrics), 1, "g attached, broken-h not");
       assert.equal(await sum(metrics.goProbeRestarts), 0, "a program that never attached is no crash of g");
     } finally {
       await host.stop();
