@@ -6,11 +6,12 @@
 // input: checked field by field, and a report it cannot read is a rejection
 // that says why, as any other binary that cannot be followed.
 import { spawn } from "node:child_process";
+import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import { HTTP2_FUNCTIONS } from "./http2Families.ts";
-import type { GoBinaryReport } from "./inspectGoBinary.ts";
+import { rejectionReason, type GoBinaryReport } from "./inspectGoBinary.ts";
 
 const here = fileURLToPath(import.meta.url);
 /** inspectChild beside this module: .ts when run from the source, .js when compiled (dist/). */
@@ -128,14 +129,34 @@ interface InspectApartOptions {
   timeoutMs?: number;
 }
 
-/** inspectGoBinary(binary), run in a child process that exits after; never throws. */
-export function inspectGoBinaryApart(binary: string, opts: InspectApartOptions = {}): Promise<GoBinaryReport> {
+/**
+ * inspectGoBinary(binary), run in a child process that exits after; never
+ * throws. The binary is opened here, at once, and handed to the child as its
+ * fd 3: a target's /proc/<pid>/exe is gone with the target, and a kubectl
+ * lives a tenth of a second, less than a child takes to start.
+ */
+export async function inspectGoBinaryApart(binary: string, opts: InspectApartOptions = {}): Promise<GoBinaryReport> {
+  let handle: FileHandle;
+  try {
+    handle = await open(binary, "r");
+  } catch (error) {
+    // As inspectGoBinary says it when it cannot open the file.
+    return { ok: false, path: binary, reason: rejectionReason(error) };
+  }
+  try {
+    return await inspectInChild(binary, handle, opts);
+  } finally {
+    await handle.close();
+  }
+}
+
+function inspectInChild(binary: string, handle: FileHandle, opts: InspectApartOptions): Promise<GoBinaryReport> {
   return new Promise((resolve) => {
     // Without the agent's NODE_OPTIONS: a preload given to the agent (the
     // footprint bench's) is not the inspection's.
     const env = { ...process.env };
     delete env.NODE_OPTIONS;
-    const child = spawn(process.execPath, [opts.script ?? CHILD_SCRIPT, binary], { stdio: ["ignore", "pipe", "pipe"], env });
+    const child = spawn(process.execPath, [opts.script ?? CHILD_SCRIPT, binary], { stdio: ["ignore", "pipe", "pipe", handle.fd], env });
     const out: Buffer[] = [];
     let outBytes = 0;
     let err = "";
@@ -144,7 +165,7 @@ export function inspectGoBinaryApart(binary: string, opts: InspectApartOptions =
       why ??= `the inspecting process took more than ${(opts.timeoutMs ?? DEFAULT_TIMEOUT_MS) / 1000} s and was killed`;
       child.kill("SIGKILL");
     }, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
-    child.stdout.on("data", (chunk: Buffer) => {
+    child.stdout!.on("data", (chunk: Buffer) => {
       outBytes += chunk.length;
       if (outBytes <= MAX_REPORT_BYTES) out.push(chunk);
       else if (why === null) {
@@ -152,7 +173,7 @@ export function inspectGoBinaryApart(binary: string, opts: InspectApartOptions =
         child.kill("SIGKILL");
       }
     });
-    child.stderr.on("data", (chunk: Buffer) => {
+    child.stderr!.on("data", (chunk: Buffer) => {
       err = (err + chunk.toString("utf8")).slice(-MAX_STDERR_BYTES);
     });
     child.on("error", (error) => {

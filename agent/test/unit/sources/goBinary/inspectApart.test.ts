@@ -57,14 +57,14 @@ describe("inspectGoBinaryApart", { timeout: 240_000 }, () => {
   };
 
   it("turns down a report with a field of the wrong type, naming the field and its value", async () => {
-    const binary = "/bin/operator";
+    const binary = process.execPath;
     const bad = script("bad-field", `process.stdout.write(JSON.stringify({ ok: false, path: ${JSON.stringify(binary)}, reason: 42 }));`);
     const why = reason(await inspectGoBinaryApart(binary, { script: bad }));
     assert.match(why, /^unexpected error inspecting the binary: the inspecting process's report is malformed: reason = 42: /);
   });
 
   it("turns down output that is not JSON, a crash, output past its limit and a child that hangs", async () => {
-    const binary = "/bin/operator";
+    const binary = process.execPath;
     assert.match(reason(await inspectGoBinaryApart(binary, { script: script("text", "console.log('segfault?');") })), /wrote no JSON report: "segfault\?\\n"/);
     assert.match(
       reason(await inspectGoBinaryApart(binary, { script: script("crash", "console.error('out of memory'); process.exit(134);") })),
