@@ -4,6 +4,7 @@
 //
 // USAGE: npm run build && npm run bench:footprint -- [--settle S] [--window S]
 //          [--slice S] [--sends N] [--variants sockets,syscalls] [--no-snapshot] [--no-floor]
+//          [--rest S] [--baseline DIR]
 //        (root, bpftrace, gcc)
 //
 // WHAT RUNS. The compiled agent (dist/, from `npm run build`; this bench
@@ -47,7 +48,7 @@ import { freeLoopbackPort } from "../src/loopbackPort.ts";
 import { cpuSeconds, descendants, liveComm, sleep } from "./agentRun.ts";
 import { bpfFdInfo } from "./bpfProgramStats.ts";
 import { median } from "./costTable.ts";
-import { buildMixBinaries, MIX_TARGET_COMM, mixSteps, startMixApiserver, waitForMetric } from "./footprintMix.ts";
+import { buildMixBinaries, MIX_TARGET_COMM, mixSteps, startMixApiserver, waitForMetric, type MixBinaries } from "./footprintMix.ts";
 import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 import { textTable } from "./textTable.ts";
 import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
@@ -70,7 +71,11 @@ const USAGE = `usage: npm run bench:footprint -- [--settle S] [--window S] [--sl
   --sends N       the target's sends to the apiserver per second, 0 for none (default 10)
   --variants L    probe variants, comma-separated (default sockets,syscalls)
   --no-snapshot   skip the heap snapshot (heap numbers and modules are still printed)
-  --no-floor      skip the floor (an idle Node and an empty bpftrace program, measured alike)`;
+  --no-floor      skip the floor (an idle Node and an empty bpftrace program, measured alike)
+  --rest S        the mix measured once more, S seconds after its last step (default 90: the agent
+                  merges a kind's uprobe programs once its files have not changed for a minute), 0: not
+  --baseline DIR  another checkout, built (npm run build there): its agent runs the mix first, in the
+                  same run, and the two are printed side by side`;
 
 interface Options {
   settle: number;
@@ -84,6 +89,10 @@ interface Options {
   single: boolean;
   /** The mix's write interval, seconds. */
   interval: number;
+  /** Seconds after the mix's last step before it is measured at rest; 0: not measured. */
+  rest: number;
+  /** A checkout whose compiled agent (dist/) is measured first, in the same run, for a side-by-side table. */
+  baseline: string | null;
 }
 
 function options(): Options {
@@ -98,6 +107,8 @@ function options(): Options {
       "no-floor": { type: "boolean" },
       single: { type: "boolean" },
       interval: { type: "string" },
+      rest: { type: "string" },
+      baseline: { type: "string" },
       help: { type: "boolean" },
     },
     strict: true,
@@ -124,6 +135,8 @@ function options(): Options {
     floor: !values["no-floor"],
     single: values.single ?? false,
     interval: number("interval", values.interval, 2, 0.1),
+    rest: number("rest", values.rest, 90, 0),
+    baseline: values.baseline ?? null,
   };
 }
 
@@ -238,12 +251,12 @@ interface Agent {
   stop(): Promise<void>;
 }
 
-async function startAgent(variant: string, targets: string[], apiserver: string, dir: string, snapshot: boolean): Promise<Agent> {
+async function startAgent(variant: string, targets: string[], apiserver: string, dir: string, snapshot: boolean, cli = CLI): Promise<Agent> {
   const [port, otlpPort, grpcPort] = [await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort()];
   const child = spawn(
     process.execPath,
     [
-      CLI, "agent",
+      cli, "agent",
       ...targets,
       "--apiserver", apiserver,
       // deploy/base/daemonset.yaml's listeners (there on 0.0.0.0), here on loopback.
@@ -416,19 +429,23 @@ async function sampleGroup(node: number, opts: Options): Promise<Pick<MixResult,
   };
 }
 
-async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
-  process.stderr.write("mix: building the Go operators\n");
-  const binaries = await buildMixBinaries(dir);
+/** The compiled agent a run measures: this checkout's, or --baseline's. */
+interface AgentBuild {
+  label: string;
+  cli: string;
+}
+
+async function measureMix(opts: Options, dir: string, binaries: MixBinaries, build: AgentBuild): Promise<MixResult[]> {
   const intervalMs = opts.interval * 1000;
   const server = await startMixApiserver(dir, intervalMs);
   const children: ChildProcess[] = [];
   const results: MixResult[] = [];
   let agent: Agent | null = null;
   try {
-    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM], `127.0.0.1:${server.api.port}`, dir, opts.snapshot);
-    const measure = async (step: string, attachSeconds: number | null): Promise<void> => {
-      process.stderr.write(`mix: ${step}; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
-      await sleep(opts.settle * 1000);
+    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM], `127.0.0.1:${server.api.port}`, dir, opts.snapshot, build.cli);
+    const measure = async (step: string, attachSeconds: number | null, settle = opts.settle): Promise<void> => {
+      process.stderr.write(`mix (${build.label}): ${step}; settling ${settle} s, then measuring ${opts.window} s\n`);
+      await sleep(settle * 1000);
       results.push({ step, attachSeconds, ...(await sampleGroup(agent!.child.pid!, opts)) });
     };
     await measure("socket probe alone", null);
@@ -438,6 +455,10 @@ async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
       await waitForMetric(agent.url, step.attached.metric, step.attached.value, 120_000);
       await measure(step.name, (Date.now() - started) / 1000);
     }
+    // Where the agent merges a kind's programs once its files have not
+    // changed for a minute, the node at rest is only seen after that and the
+    // merge's compile: --rest seconds after the last step's window.
+    if (opts.rest > 0) await measure(`at rest (${opts.rest} s more)`, null, opts.rest);
     agent.child.kill("SIGUSR2");
     const report = path.join(dir, "sockets.json");
     const deadline = Date.now() + 120_000;
@@ -451,11 +472,34 @@ async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
   }
 }
 
-function printMix(results: MixResult[], floor: Row[] | null): void {
+/** --baseline's compiled agent; stops with the reason when it has none. */
+function baselineBuild(dir: string): AgentBuild {
+  const cli = path.join(path.resolve(dir), "dist/agent/src/cli.js");
+  if (!existsSync(cli)) throw new Error(`--baseline ${dir}: ${cli} is missing: run npm run build there first`);
+  return { label: `baseline ${dir}`, cli };
+}
+
+/** The baseline's mix and this checkout's, step by step: group PSS and bpftrace processes. */
+function printSideBySide(baseline: string, before: MixResult[], after: MixResult[]): void {
+  const bpftraceCount = (r: MixResult | undefined): string => (r === undefined ? "-" : String(r.rows.filter((x) => x.name.startsWith("bpftrace")).length));
+  const nodePss = (r: MixResult | undefined): number => (r === undefined ? NaN : r.rows.filter((x) => !x.name.startsWith("bpftrace")).reduce((s, x) => s + x.memory.pss, 0));
+  console.log(`\n== side by side, one run: ${baseline} against this checkout (group PSS, MiB) ==`);
+  console.log(
+    textTable(
+      ["step", "bpftrace before", "bpftrace after", "node PSS before", "node PSS after", "group PSS before", "group PSS after", "difference"],
+      after.map((r, i) => {
+        const b = before[i];
+        return [r.step, bpftraceCount(b), bpftraceCount(r), mib(nodePss(b)), mib(nodePss(r)), mib(b?.group.pss ?? NaN), mib(r.group.pss), mib(r.group.pss - (b?.group.pss ?? NaN))];
+      }),
+    ),
+  );
+}
+
+function printMix(label: string, results: MixResult[], floor: Row[] | null): void {
   const sum = (rows: Row[], f: (r: Row) => number): number => rows.reduce((s, r) => s + f(r), 0);
   const bpftrace = (rows: Row[]): Row[] => rows.filter((r) => r.name.startsWith("bpftrace"));
   const node = (rows: Row[]): Row[] => rows.filter((r) => !r.name.startsWith("bpftrace"));
-  console.log("\n== the mix, step by step: PSS (smaps_rollup; shared pages split between the processes sharing them) ==");
+  console.log(`\n== the mix (${label}), step by step: PSS (smaps_rollup; shared pages split between the processes sharing them) ==`);
   const lines = results.map((r, i) => {
     const before = i === 0 ? NaN : results[i - 1]!.group.pss;
     return [
@@ -716,12 +760,22 @@ async function main(): Promise<void> {
     console.log(`lostwrite footprint: ${CLI.replace(`${repoRoot}/`, "")}, Node ${process.version}, NODE_OPTIONS=${IMAGE_NODE_OPTIONS}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, kernel ${os.release()}, ${os.availableParallelism()} CPUs`);
     console.log(`target pid ${target.process.pid} -> apiserver ${apiserver}; listeners: /metrics, OTLP/HTTP, OTLP/gRPC (as the DaemonSet); no --kubernetes`);
     if (!opts.single) {
-      const mix = await measureMix(opts, dir);
+      process.stderr.write("mix: building the Go operators\n");
+      const binaries = await buildMixBinaries(dir);
+      const builds: AgentBuild[] = [...(opts.baseline === null ? [] : [baselineBuild(opts.baseline)]), { label: "this checkout", cli: CLI }];
+      const runs: [AgentBuild, MixResult[], string][] = [];
+      for (const build of builds) {
+        const agentDir = mkdtempSync(path.join(dir, "agent-"));
+        runs.push([build, await measureMix(opts, agentDir, binaries, build), agentDir]);
+      }
       const floor = opts.floor ? await measureFloor(opts) : null;
-      for (const { step, rows } of mix) printRows(`the mix: ${step}`, rows, opts);
+      for (const [build, mix] of runs) for (const { step, rows } of mix) printRows(`the mix (${build.label}): ${step}`, rows, opts);
       if (floor) printRows("floor: an idle Node and an empty bpftrace program, what no agent can go below", floor, opts);
-      printMix(mix, floor);
-      printHeap("sockets", dir);
+      for (const [build, mix, agentDir] of runs) {
+        printMix(build.label, mix, floor);
+        printHeap("sockets", agentDir);
+      }
+      if (runs.length === 2) printSideBySide(runs[0]![0].label, runs[0]![1], runs[1]![1]);
       return;
     }
     const results: [string, Row[]][] = [];
