@@ -103,6 +103,8 @@ export class UprobeHost {
   readonly #alive = new Set<RunningProgram>();
   /** Ids of parts taken out → who waits for no bpftrace to hold them. */
   readonly #leaving = new Map<number, (() => void)[]>();
+  /** The programs being stopped, and when they will have. */
+  readonly #stopping = new Map<RunningProgram, Promise<void>>();
   #mergeTimer: NodeJS.Timeout | null = null;
   #merging = false;
   #stopped = false;
@@ -158,15 +160,23 @@ export class UprobeHost {
     return [...this.#alive].some((p) => p.parts.has(id));
   }
 
-  /** Stops a program and forgets it; the parts taken out that no bpftrace holds any more are let go. */
-  async #discard(program: RunningProgram): Promise<void> {
-    await program.stop();
-    this.#alive.delete(program);
-    for (const [id, waiters] of this.#leaving) {
-      if (this.#held(id)) continue;
-      this.#leaving.delete(id);
-      for (const release of waiters) release();
+  /** Stops a program and forgets it, once however often asked; the parts taken out that no bpftrace holds any more are let go. */
+  #discard(program: RunningProgram): Promise<void> {
+    if (!this.#alive.has(program)) return Promise.resolve();
+    let stopping = this.#stopping.get(program);
+    if (stopping === undefined) {
+      stopping = program.stop().finally(() => {
+        this.#alive.delete(program);
+        this.#stopping.delete(program);
+        for (const [id, waiters] of this.#leaving) {
+          if (this.#held(id)) continue;
+          this.#leaving.delete(id);
+          for (const release of waiters) release();
+        }
+      });
+      this.#stopping.set(program, stopping);
     }
+    return stopping;
   }
 
   async #startAlone(part: HostedPart): Promise<void> {

@@ -305,7 +305,9 @@ export class UprobePrograms {
     if (!file.hosted) return;
     const gone = this.#o.host.remove(file.id);
     const release = this.#release(file);
-    void gone.then(release, release);
+    void gone.then(release).catch((error: unknown) => {
+      this.#o.log.warnRateLimited(`${this.#o.what}-release`, `${this.#o.what}: a file's descriptor could not be closed`, { ...file.spec.details, error: String(error) });
+    });
     this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
   }
 
