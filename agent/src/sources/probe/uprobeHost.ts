@@ -66,7 +66,7 @@ interface HostedPart {
   render: () => string;
   flags: readonly string[];
   env: Readonly<Record<string, string>>;
-  /** One of its lines (hello and tick are the host's). */
+  /** One of its lines (hello, tick and beat are the host's). */
   onRecord: (record: ProbeRecord) => void;
   /** Every raw line of its part (--record), its tag kept: the parser takes it off on replay too. */
   onLine?: (line: string) => void;
@@ -298,8 +298,8 @@ export class UprobeHost {
           if (!everAttached) failedBeforeHello(`bpftrace ${reason} before it attached`);
           else for (const part of live()) part.restarted(reason);
         },
-        // Any part's follow id reaches the program: the first one's answers for all.
-        askForBeat: () => list[0]!.askForBeat(),
+        // Any part's follow id reaches the program: one asked answers for all.
+        askForBeat: () => (live()[0] ?? list[0]!).askForBeat(),
       },
     });
     program.name = `uprobe programs (${list.length})`;
@@ -310,7 +310,7 @@ export class UprobeHost {
       if (part !== undefined && dropped.has(part.id)) return false;
       if (part === undefined) {
         // Every line of a part is tagged (combinedProgram.ts): this one is no part's.
-        if (record.type !== "hello" && record.type !== "tick" && record.type !== "attached" && record.type !== "lost") {
+        if (record.type !== "hello" && record.type !== "tick" && record.type !== "beat" && record.type !== "attached" && record.type !== "lost") {
           this.#o.log.warnRateLimited("uprobe-untagged", "a line of the uprobe programs names no part; dropped", { type: record.type, part: id });
         }
         return false;
@@ -321,7 +321,7 @@ export class UprobeHost {
         return false;
       }
       part.onLine?.(line);
-      if (record.type !== "hello" && record.type !== "tick") part.onRecord(record);
+      if (record.type !== "hello" && record.type !== "tick" && record.type !== "beat") part.onRecord(record);
       return false;
     });
     const attachedOutcome = Promise.race([
