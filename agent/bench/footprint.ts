@@ -4,6 +4,7 @@
 //
 // USAGE: npm run build && npm run bench:footprint -- [--settle S] [--window S]
 //          [--slice S] [--sends N] [--variants sockets,syscalls] [--no-snapshot] [--no-floor]
+//          [--rest S] [--baseline DIR]
 //        (root, bpftrace, gcc)
 //
 // WHAT RUNS. The compiled agent (dist/, from `npm run build`; this bench
@@ -47,7 +48,7 @@ import { freeLoopbackPort } from "../src/loopbackPort.ts";
 import { cpuSeconds, descendants, liveComm, sleep } from "./agentRun.ts";
 import { bpfFdInfo } from "./bpfProgramStats.ts";
 import { median } from "./costTable.ts";
-import { buildMixBinaries, MIX_TARGET_COMM, mixSteps, startMixApiserver, waitForMetric } from "./footprintMix.ts";
+import { buildMixBinaries, MIX_TARGET_COMM, mixSteps, startMixApiserver, waitForMetric, type MixBinaries } from "./footprintMix.ts";
 import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 import { textTable } from "./textTable.ts";
 import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
@@ -70,7 +71,11 @@ const USAGE = `usage: npm run bench:footprint -- [--settle S] [--window S] [--sl
   --sends N       the target's sends to the apiserver per second, 0 for none (default 10)
   --variants L    probe variants, comma-separated (default sockets,syscalls)
   --no-snapshot   skip the heap snapshot (heap numbers and modules are still printed)
-  --no-floor      skip the floor (an idle Node and an empty bpftrace program, measured alike)`;
+  --no-floor      skip the floor (an idle Node and an empty bpftrace program, measured alike)
+  --rest S        the mix measured once more, S seconds after its last step (default 90: the agent
+                  merges a kind's uprobe programs once its files have not changed for a minute), 0: not
+  --baseline DIR  another checkout, built (npm run build there): its agent runs the mix first, in the
+                  same run, and the two are printed side by side`;
 
 interface Options {
   settle: number;
@@ -84,6 +89,10 @@ interface Options {
   single: boolean;
   /** The mix's write interval, seconds. */
   interval: number;
+  /** Seconds after the mix's last step before it is measured at rest; 0: not measured. */
+  rest: number;
+  /** A checkout whose compiled agent (dist/) is measured first, in the same run, for a side-by-side table. */
+  baseline: string | null;
 }
 
 function options(): Options {
@@ -98,6 +107,8 @@ function options(): Options {
       "no-floor": { type: "boolean" },
       single: { type: "boolean" },
       interval: { type: "string" },
+      rest: { type: "string" },
+      baseline: { type: "string" },
       help: { type: "boolean" },
     },
     strict: true,
@@ -124,6 +135,8 @@ function options(): Options {
     floor: !values["no-floor"],
     single: values.single ?? false,
     interval: number("interval", values.interval, 2, 0.1),
+    rest: number("rest", values.rest, 90, 0),
+    baseline: values.baseline ?? null,
   };
 }
 
@@ -167,6 +180,52 @@ function memory(pid: number): Memory | null {
   return { rss: kb("Rss"), pss: kb("Pss"), anon: kb("Anonymous") };
 }
 
+/**
+ * Resident bytes of `pid` by file (file-backed mappings, by path) and its
+ * anonymous bytes, from /proc/PID/smaps: with them a group's memory can be
+ * counted with each file's pages once, as the cgroup is charged, whatever
+ * other processes on the machine map the same files (PSS would split those
+ * pages with them: on a machine where other bpftrace processes run, PSS
+ * understates the agent's share of LLVM's pages).
+ */
+function residentByFile(pid: number): { files: Map<string, number>; anon: number } | null {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps`, "utf8");
+  } catch {
+    return null;
+  }
+  const files = new Map<string, number>();
+  let anon = 0;
+  let file: string | null = null;
+  for (const line of text.split("\n")) {
+    const header = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(line);
+    if (header) {
+      file = header[1]!.startsWith("/") ? header[1]! : null;
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss && file !== null) files.set(file, (files.get(file) ?? 0) + Number(rss[1]) * 1024);
+    const anonymous = /^Anonymous:\s+(\d+) kB/.exec(line);
+    if (anonymous) anon += Number(anonymous[1]) * 1024;
+  }
+  return { files, anon };
+}
+
+/** A group's resident memory with each file's pages counted once: every process's anonymous bytes, and per file the most any of them has resident. */
+function groupResident(pids: number[]): number {
+  const files = new Map<string, number>();
+  let total = 0;
+  for (const pid of pids) {
+    const r = residentByFile(pid);
+    if (r === null) continue;
+    total += r.anon;
+    for (const [file, bytes] of r.files) files.set(file, Math.max(files.get(file) ?? 0, bytes));
+  }
+  for (const bytes of files.values()) total += bytes;
+  return total;
+}
+
 /** The memlock bytes of the BPF maps `pid` holds open (fdinfo), each map once. */
 function bpfMapBytes(pid: number): number {
   const maps = new Map(bpfFdInfo(pid, "map").map((field) => [field("map_id"), field("memlock")]));
@@ -192,12 +251,12 @@ interface Agent {
   stop(): Promise<void>;
 }
 
-async function startAgent(variant: string, targets: string[], apiserver: string, dir: string, snapshot: boolean): Promise<Agent> {
+async function startAgent(variant: string, targets: string[], apiserver: string, dir: string, snapshot: boolean, cli = CLI): Promise<Agent> {
   const [port, otlpPort, grpcPort] = [await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort()];
   const child = spawn(
     process.execPath,
     [
-      CLI, "agent",
+      cli, "agent",
       ...targets,
       "--apiserver", apiserver,
       // deploy/base/daemonset.yaml's listeners (there on 0.0.0.0), here on loopback.
@@ -315,25 +374,79 @@ interface MixResult {
   /** Seconds from the process's start to its program counted as attached (a file's program compiled and attached). */
   attachSeconds: number | null;
   rows: Row[];
+  /** The whole group's PSS, anon, resident with files once and BPF maps: the mean of the per-sample sums over the processes alive then. */
+  group: { pss: number; anon: number; resident: number; maps: number };
+  /** Processes that started or ended inside the window (a bpftrace restarted by the agent). */
+  churn: number;
 }
 
-async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
-  process.stderr.write("mix: building the Go operators\n");
-  const binaries = await buildMixBinaries(dir);
+/**
+ * The agent's whole process group (node and every bpftrace it runs), listed
+ * afresh at every sample: a bpftrace the agent restarts inside the window
+ * (another agent's load can make one miss a heartbeat) is counted while it
+ * lives, and counted as churn. Rows: each process, the mean of the samples
+ * it was alive in.
+ */
+async function sampleGroup(node: number, opts: Options): Promise<Pick<MixResult, "rows" | "group" | "churn">> {
+  const seen = new Map<number, { name: string; mem: Memory[]; maps: number; cpu: number[]; first: number; last: number }>();
+  const totals: { pss: number; anon: number; resident: number; maps: number }[] = [];
+  const sliceCount = Math.max(1, Math.round(opts.window / opts.slice));
+  const started = Date.now();
+  for (let i = 0; i <= sliceCount; i++) {
+    if (i > 0) await sleep(started + i * opts.slice * 1000 - Date.now());
+    const pids = [node, ...descendants(node).filter((pid) => liveComm(pid) === "bpftrace")];
+    const total = { pss: 0, anon: 0, resident: groupResident(pids), maps: 0 };
+    for (const pid of pids) {
+      const m = memory(pid);
+      if (m === null) continue;
+      const entry = seen.get(pid) ?? { name: pid === node ? "node (agent)" : `bpftrace ${probeKind(pid)}`, mem: [], maps: 0, cpu: [], first: i, last: i };
+      entry.mem.push(m);
+      entry.maps = bpfMapBytes(pid);
+      entry.cpu.push(cpuSeconds(pid));
+      entry.last = i;
+      seen.set(pid, entry);
+      total.pss += m.pss;
+      total.anon += m.anon;
+      total.maps += entry.maps;
+    }
+    totals.push(total);
+  }
+  const seconds = (Date.now() - started) / 1000;
+  const mean = (values: number[]): number => values.reduce((a, b) => a + b, 0) / values.length;
+  const rows = [...seen].map(([pid, e]): Row => ({
+    name: e.name,
+    pid,
+    memory: { rss: mean(e.mem.map((m) => m.rss)), pss: mean(e.mem.map((m) => m.pss)), anon: mean(e.mem.map((m) => m.anon)) },
+    peak: peakRss(pid),
+    maps: e.maps,
+    cpu: e.cpu.length > 1 ? ((e.cpu.at(-1)! - e.cpu[0]!) / (((e.last - e.first) / sliceCount) * seconds)) * 1000 : NaN,
+    slices: e.cpu.slice(1).map((mark, j) => ((mark - e.cpu[j]!) / (seconds / sliceCount)) * 1000),
+  }));
+  return {
+    rows,
+    group: { pss: mean(totals.map((t) => t.pss)), anon: mean(totals.map((t) => t.anon)), resident: mean(totals.map((t) => t.resident)), maps: mean(totals.map((t) => t.maps)) },
+    churn: [...seen.values()].filter((e) => e.first > 0 || e.last < sliceCount).length,
+  };
+}
+
+/** The compiled agent a run measures: this checkout's, or --baseline's. */
+interface AgentBuild {
+  label: string;
+  cli: string;
+}
+
+async function measureMix(opts: Options, dir: string, binaries: MixBinaries, build: AgentBuild): Promise<MixResult[]> {
   const intervalMs = opts.interval * 1000;
   const server = await startMixApiserver(dir, intervalMs);
   const children: ChildProcess[] = [];
   const results: MixResult[] = [];
   let agent: Agent | null = null;
   try {
-    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM], `127.0.0.1:${server.api.port}`, dir, opts.snapshot);
-    const measure = async (step: string, attachSeconds: number | null): Promise<void> => {
-      process.stderr.write(`mix: ${step}; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
-      await sleep(opts.settle * 1000);
-      const node = agent!.child.pid!;
-      const bpftrace = descendants(node).filter((pid) => liveComm(pid) === "bpftrace");
-      const rows = await sampleProcesses([{ name: "node (agent)", pid: node }, ...bpftrace.map((pid) => ({ name: `bpftrace ${probeKind(pid)}`, pid }))], opts);
-      results.push({ step, attachSeconds, rows });
+    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM], `127.0.0.1:${server.api.port}`, dir, opts.snapshot, build.cli);
+    const measure = async (step: string, attachSeconds: number | null, settle = opts.settle): Promise<void> => {
+      process.stderr.write(`mix (${build.label}): ${step}; settling ${settle} s, then measuring ${opts.window} s\n`);
+      await sleep(settle * 1000);
+      results.push({ step, attachSeconds, ...(await sampleGroup(agent!.child.pid!, opts)) });
     };
     await measure("socket probe alone", null);
     for (const step of mixSteps(binaries)) {
@@ -342,6 +455,10 @@ async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
       await waitForMetric(agent.url, step.attached.metric, step.attached.value, 120_000);
       await measure(step.name, (Date.now() - started) / 1000);
     }
+    // Where the agent merges a kind's programs once its files have not
+    // changed for a minute, the node at rest is only seen after that and the
+    // merge's compile: --rest seconds after the last step's window.
+    if (opts.rest > 0) await measure(`at rest (${opts.rest} s more)`, null, opts.rest);
     agent.child.kill("SIGUSR2");
     const report = path.join(dir, "sockets.json");
     const deadline = Date.now() + 120_000;
@@ -355,32 +472,54 @@ async function measureMix(opts: Options, dir: string): Promise<MixResult[]> {
   }
 }
 
-function printMix(results: MixResult[], floor: Row[] | null): void {
+/** --baseline's compiled agent; stops with the reason when it has none. */
+function baselineBuild(dir: string): AgentBuild {
+  const cli = path.join(path.resolve(dir), "dist/agent/src/cli.js");
+  if (!existsSync(cli)) throw new Error(`--baseline ${dir}: ${cli} is missing: run npm run build there first`);
+  return { label: `baseline ${dir}`, cli };
+}
+
+/** The baseline's mix and this checkout's, step by step: group PSS and bpftrace processes. */
+function printSideBySide(baseline: string, before: MixResult[], after: MixResult[]): void {
+  const bpftraceCount = (r: MixResult | undefined): string => (r === undefined ? "-" : String(r.rows.filter((x) => x.name.startsWith("bpftrace")).length));
+  const nodePss = (r: MixResult | undefined): number => (r === undefined ? NaN : r.rows.filter((x) => !x.name.startsWith("bpftrace")).reduce((s, x) => s + x.memory.pss, 0));
+  console.log(`\n== side by side, one run: ${baseline} against this checkout (group PSS, MiB) ==`);
+  console.log(
+    textTable(
+      ["step", "bpftrace before", "bpftrace after", "node PSS before", "node PSS after", "group PSS before", "group PSS after", "difference"],
+      after.map((r, i) => {
+        const b = before[i];
+        return [r.step, bpftraceCount(b), bpftraceCount(r), mib(nodePss(b)), mib(nodePss(r)), mib(b?.group.pss ?? NaN), mib(r.group.pss), mib(r.group.pss - (b?.group.pss ?? NaN))];
+      }),
+    ),
+  );
+}
+
+function printMix(label: string, results: MixResult[], floor: Row[] | null): void {
   const sum = (rows: Row[], f: (r: Row) => number): number => rows.reduce((s, r) => s + f(r), 0);
   const bpftrace = (rows: Row[]): Row[] => rows.filter((r) => r.name.startsWith("bpftrace"));
   const node = (rows: Row[]): Row[] => rows.filter((r) => !r.name.startsWith("bpftrace"));
-  console.log("\n== the mix, step by step: PSS (smaps_rollup; shared pages split between the processes sharing them) ==");
+  console.log(`\n== the mix (${label}), step by step: PSS (smaps_rollup; shared pages split between the processes sharing them) ==`);
   const lines = results.map((r, i) => {
-    const total = sum(r.rows, (x) => x.memory.pss);
-    const before = i === 0 ? NaN : sum(results[i - 1]!.rows, (x) => x.memory.pss);
+    const before = i === 0 ? NaN : results[i - 1]!.group.pss;
     return [
       r.step,
-      String(bpftrace(r.rows).length),
+      `${bpftrace(r.rows).length}${r.churn > 0 ? ` (${r.churn} came or went)` : ""}`,
       mib(sum(node(r.rows), (x) => x.memory.pss)),
       mib(sum(bpftrace(r.rows), (x) => x.memory.pss)),
-      mib(total),
-      i === 0 ? "" : `${total >= before ? "+" : ""}${mib(total - before)}`,
-      mib(sum(r.rows, (x) => x.memory.anon)),
-      mib(sum(r.rows, (x) => x.maps)),
-      mib(sum(r.rows, (x) => x.peak)),
+      mib(r.group.pss),
+      i === 0 ? "" : `${r.group.pss >= before ? "+" : ""}${mib(r.group.pss - before)}`,
+      mib(r.group.anon),
+      mib(r.group.resident),
+      mib(r.group.maps),
       r.attachSeconds === null ? "" : r.attachSeconds.toFixed(1),
     ];
   });
   if (floor) {
-    lines.push(["floor: idle Node + empty bpftrace", String(bpftrace(floor).length), mib(sum(node(floor), (x) => x.memory.pss)), mib(sum(bpftrace(floor), (x) => x.memory.pss)), mib(sum(floor, (x) => x.memory.pss)), "", mib(sum(floor, (x) => x.memory.anon)), mib(sum(floor, (x) => x.maps)), mib(sum(floor, (x) => x.peak)), ""]);
+    lines.push(["floor: idle Node + empty bpftrace", String(bpftrace(floor).length), mib(sum(node(floor), (x) => x.memory.pss)), mib(sum(bpftrace(floor), (x) => x.memory.pss)), mib(sum(floor, (x) => x.memory.pss)), "", mib(sum(floor, (x) => x.memory.anon)), mib(floorResident), mib(sum(floor, (x) => x.maps)), ""]);
   }
-  console.log(textTable(["step", "bpftrace", "node PSS", "bpftrace PSS", "total PSS", "added", "anon", "BPF maps", "peak RSS", "attached in s"], lines));
-  console.log("(MiB; BPF maps: kernel memory outside PSS that the cgroup is also charged; attached in: from the process's start to its program counted attached)");
+  console.log(textTable(["step", "bpftrace", "node PSS", "bpftrace PSS", "group PSS", "added", "group anon", "files once", "BPF maps", "attached in s"], lines));
+  console.log("(MiB, means over the window; group: the sum over the processes alive at each sample; files once: the group's resident memory with each file's pages counted once, as its cgroup is charged, whatever else maps them; BPF maps: kernel memory outside PSS that the cgroup is also charged; attached in: from the process's start to its program counted attached)");
 }
 
 /**
@@ -389,6 +528,9 @@ function printMix(results: MixResult[], floor: Row[] | null): void {
  * tracepoint (LLVM and clang loaded, one program attached). Measured like a
  * variant; no agent can hold less than these two.
  */
+/** The floor's resident memory with each file once, taken at the end of its window. */
+let floorResident = NaN;
+
 async function measureFloor(opts: Options): Promise<Row[]> {
   const node = spawn(process.execPath, ["-e", "setInterval(() => {}, 60_000)"], {
     stdio: "ignore",
@@ -401,13 +543,13 @@ async function measureFloor(opts: Options): Promise<Row[]> {
   try {
     process.stderr.write(`floor: ready; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
     await sleep(opts.settle * 1000);
-    return await sampleProcesses(
-      [
-        { name: "node (empty timer)", pid: node.pid! },
-        { name: "bpftrace (empty program)", pid: bpftrace.bpftrace()[0]! },
-      ],
-      opts,
-    );
+    const processes = [
+      { name: "node (empty timer)", pid: node.pid! },
+      { name: "bpftrace (empty program)", pid: bpftrace.bpftrace()[0]! },
+    ];
+    const rows = await sampleProcesses(processes, opts);
+    floorResident = groupResident(processes.map((p) => p.pid));
+    return rows;
   } finally {
     node.kill("SIGKILL");
     await bpftrace.stop();
@@ -618,12 +760,22 @@ async function main(): Promise<void> {
     console.log(`lostwrite footprint: ${CLI.replace(`${repoRoot}/`, "")}, Node ${process.version}, NODE_OPTIONS=${IMAGE_NODE_OPTIONS}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, kernel ${os.release()}, ${os.availableParallelism()} CPUs`);
     console.log(`target pid ${target.process.pid} -> apiserver ${apiserver}; listeners: /metrics, OTLP/HTTP, OTLP/gRPC (as the DaemonSet); no --kubernetes`);
     if (!opts.single) {
-      const mix = await measureMix(opts, dir);
+      process.stderr.write("mix: building the Go operators\n");
+      const binaries = await buildMixBinaries(dir);
+      const builds: AgentBuild[] = [...(opts.baseline === null ? [] : [baselineBuild(opts.baseline)]), { label: "this checkout", cli: CLI }];
+      const runs: [AgentBuild, MixResult[], string][] = [];
+      for (const build of builds) {
+        const agentDir = mkdtempSync(path.join(dir, "agent-"));
+        runs.push([build, await measureMix(opts, agentDir, binaries, build), agentDir]);
+      }
       const floor = opts.floor ? await measureFloor(opts) : null;
-      for (const { step, rows } of mix) printRows(`the mix: ${step}`, rows, opts);
+      for (const [build, mix] of runs) for (const { step, rows } of mix) printRows(`the mix (${build.label}): ${step}`, rows, opts);
       if (floor) printRows("floor: an idle Node and an empty bpftrace program, what no agent can go below", floor, opts);
-      printMix(mix, floor);
-      printHeap("sockets", dir);
+      for (const [build, mix, agentDir] of runs) {
+        printMix(build.label, mix, floor);
+        printHeap("sockets", agentDir);
+      }
+      if (runs.length === 2) printSideBySide(runs[0]![0].label, runs[0]![1], runs[1]![1]);
       return;
     }
     const results: [string, Row[]][] = [];

@@ -12,7 +12,8 @@
 // The processes come one at a time (`steps`), so that what each adds can be
 // read off: the socket probe alone, then 1, 2 and 3 Go binaries, then the
 // python client (the TLS program).
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { copyFileSync, symlinkSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../testbed/apiserver/apiserver.ts";
@@ -24,21 +25,36 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const HTTPS_CLIENT = path.join(here, "../test/e2e/clients/lw_https_client.py");
 const WIDGETS = "demo.lostwrite.dev/v1/widgets";
 
-/** The comms of every process of the mix, as the agent's --target-comm. */
-export const MIX_TARGET_COMM = "^(go-operator|cr-operator|python)";
+/**
+ * The comms of every process of the mix, as the agent's --target-comm: a
+ * prefix of their own (the binaries are copied, python run through a symlink,
+ * under these names), so that no other go-operator, cr-operator or python on
+ * the machine (another test's) becomes a target and adds to what is measured.
+ */
+export const MIX_TARGET_COMM = "^fpmix-";
 
 export interface MixBinaries {
   goOperator: string;
   goOperatorSymbols: string;
   crOperator: string;
+  python: string;
 }
 
-/** Builds the three Go binaries into `dir` (the controller-runtime one fetches its modules the first time). */
+/** Builds the three Go binaries into `dir` (the controller-runtime one fetches its modules the first time), each under its mix name. */
 export async function buildMixBinaries(dir: string): Promise<MixBinaries> {
+  const named = (built: string, name: string): string => {
+    const file = path.join(dir, name);
+    copyFileSync(built, file);
+    return file;
+  };
+  const python = path.join(dir, "fpmix-python");
+  // The interpreter itself (python3 on PATH may be a version manager's shim script).
+  symlinkSync(execFileSync("python3", ["-c", "import os, sys; print(os.path.realpath(sys.executable))"], { encoding: "utf8" }).trim(), python);
   return {
-    goOperator: await buildGoOperator(dir, { stripped: true }),
-    goOperatorSymbols: await buildGoOperator(dir, { stripped: false }),
-    crOperator: await buildCrOperator(dir, { stripped: false }),
+    goOperator: named(await buildGoOperator(dir, { stripped: true }), "fpmix-go-op"),
+    goOperatorSymbols: named(await buildGoOperator(dir, { stripped: false }), "fpmix-go-op-sym"),
+    crOperator: named(await buildCrOperator(dir, { stripped: false }), "fpmix-cr-op"),
+    python,
   };
 }
 
@@ -68,7 +84,7 @@ export function mixSteps(binaries: MixBinaries): MixStep[] {
       name: "+ python TLS client",
       attached: { metric: "lostwrite_tls_probes_attached", value: 1 },
       start: (api, intervalMs) => {
-        const child = spawn("python3", [HTTPS_CLIENT, "127.0.0.1", String(api.port), "5"], { stdio: ["pipe", "ignore", "ignore"] });
+        const child = spawn(binaries.python, [HTTPS_CLIENT, "127.0.0.1", String(api.port), "5"], { stdio: ["pipe", "ignore", "ignore"] });
         const statusPath = "/apis/demo.lostwrite.dev/v1/namespaces/fp-python/widgets/w/status";
         child.stdin.write("connect\n");
         // One request per interval on the one connection; the client answers each with a line we need not read.

@@ -17,6 +17,7 @@ import type { TargetChanges } from "./targets/targetWatcher.ts";
 import type { TlsAttachment } from "./tls/tlsAnswers.ts";
 import { TLS_TRACEPOINT } from "./tls/tlsProbeProgram.ts";
 import { TlsProbes } from "./tls/tlsProbes.ts";
+import { UprobeHost } from "./probe/uprobeHost.ts";
 import { newProgramsCanMatch } from "./targets/targetRules.ts";
 
 interface UprobeSourcesOptions {
@@ -37,23 +38,34 @@ export class UprobeSources {
   readonly go: GoProbes | null;
   readonly tls: TlsProbes | null;
   readonly #follow = new FollowChannel();
+  /**
+   * The bpftrace of every Go binary's program, and the one of every OpenSSL
+   * file's. One for both would save a process (about 30 MiB of its own), but
+   * a file coming in restarts its bpftrace with every file's program: a Go
+   * binary's takes seconds to compile (more with DWARF), and a new libssl's
+   * program must attach within the first one-shot scripts, as it does alone
+   * (about 1 s). Kept apart, a libssl restarts only the TLS programs.
+   */
+  readonly #goHost: UprobeHost;
+  readonly #tlsHost: UprobeHost;
 
   constructor(opts: UprobeSourcesOptions) {
     const { config, recorder, log } = opts;
+    const host = (): UprobeHost => new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
+    this.#goHost = host();
+    this.#tlsHost = host();
     const context = {
       follow: this.#follow,
       execWatch: newProgramsCanMatch(config),
       isTarget: opts.isTarget,
-      bpftrace: config.bpftrace,
       procRoot: config["proc-root"],
-      agentHostPid: opts.agentHostPid,
       metrics: opts.metrics,
       log,
       // bpftrace's nsecs is CLOCK_MONOTONIC, which hrtime reads.
       nowNs: () => process.hrtime.bigint(),
     };
     this.go = config["go-probes"]
-      ? new GoProbes({ ...context, lines: opts.goLines, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
+      ? new GoProbes({ ...context, host: this.#goHost, lines: opts.goLines, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
       : null;
     // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
     // 1.3 session ticket arriving after the first request is no answer. The TLS
@@ -66,6 +78,7 @@ export class UprobeSources {
     this.tls = config["tls-probes"] && tlsTracepoint
       ? new TlsProbes({
           ...context,
+          host: this.#tlsHost,
           onVerdict: (record) => opts.records.push(record),
           // In the records' queue, in the order recorded: applied between the same records live and in replay.
           onAttached: (pid, attached, atNs) => {
@@ -95,8 +108,15 @@ export class UprobeSources {
     return this.go || this.tls ? [stage("follow channel", () => this.#follow.open(), () => this.#follow.close())] : [];
   }
 
-  /** The programs, started after the socket probe. */
+  /**
+   * The programs, started after the socket probe. Their bpftrace is stopped
+   * before them (stages stop in reverse), so that taking their files out at
+   * shutdown restarts nothing.
+   */
   programStages(): Stage[] {
-    return [...(this.go ? [this.go] : []), ...(this.tls ? [this.tls] : [])];
+    const sources = [...(this.go ? [this.go] : []), ...(this.tls ? [this.tls] : [])];
+    return sources.length === 0
+      ? []
+      : [...sources, stage("uprobe programs' bpftrace", () => undefined, () => Promise.all([this.#goHost.stop(), this.#tlsHost.stop()]).then(() => undefined))];
   }
 }

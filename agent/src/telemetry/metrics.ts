@@ -12,6 +12,8 @@ export type ProbeRestartReason = (typeof PROBE_RESTART_REASONS)[number];
 /** The agent's bpftrace programs by kind: the socket probe, and the uprobe programs (Go requests, TLS answers). */
 export const PROBE_PROGRAM_KINDS = ["socket", "uprobe"] as const;
 export type ProbeProgramKind = (typeof PROBE_PROGRAM_KINDS)[number];
+/** Why a kind's uprobe programs were compiled again into one bpftrace (sources/probe/uprobeHost.ts): several merged, or a file's probes taken out of a merged one. */
+export const UPROBE_RELOAD_REASONS = ["merged", "file_removed"] as const;
 export const SPAN_REJECT_REASONS = [
   "malformed",
   "unsupported_media_type",
@@ -189,6 +191,12 @@ export class AgentMetrics {
     labelNames: ["reason"],
     registers: [this.registry],
   });
+  readonly uprobeProgramReloads = new Counter<"reason">({
+    name: "lostwrite_uprobe_program_reloads_total",
+    help: "Merges of a kind's uprobe programs (Go binaries, OpenSSL files) into one bpftrace, once the probed files have not changed for a minute: merged (several programs into one) or file_removed (a file gone from a merged program).",
+    labelNames: ["reason"],
+    registers: [this.registry],
+  });
   readonly tlsProbesAttached = new Gauge({
     name: "lostwrite_tls_probes_attached",
     help: "TLS probe programs attached now, one per probed OpenSSL file (a libssl, or an executable with OpenSSL linked in).",
@@ -307,6 +315,7 @@ export class AgentMetrics {
     for (const reason of PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
     for (const reason of PROBE_RESTART_REASONS) this.goProbeRestarts.inc({ reason }, 0);
     for (const reason of PROBE_RESTART_REASONS) this.tlsProbeRestarts.inc({ reason }, 0);
+    for (const reason of UPROBE_RELOAD_REASONS) this.uprobeProgramReloads.inc({ reason }, 0);
     this.goProbesAttached.set(0);
     this.tlsProbesAttached.set(0);
     for (const coverage of GO_COVERAGES) this.goTargets.set({ coverage }, 0);

@@ -124,7 +124,8 @@ export async function inspectGoBinary(path: string): Promise<GoBinaryReport> {
 /** Every complete family's layout is unverified for the versions that built the binary. */
 class UnverifiedLayout extends NotInspectable {}
 
-function rejectionReason(error: unknown): string {
+/** Why inspecting failed, from what was thrown: NotInspectable as it says, fs errors as the call that failed. */
+export function rejectionReason(error: unknown): string {
   if (error instanceof NotInspectable) return error.message;
   if (error instanceof RangeError) return `malformed binary: ${error.message}`;
   // fs errors (ENOENT, EACCES, EISDIR…) name the system call that failed.

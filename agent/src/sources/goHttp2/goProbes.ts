@@ -1,7 +1,9 @@
 // Request-level probing of the Go targets: every target's executable is
-// inspected once per binary (device and inode); each binary whose HTTP/2
-// client can be hooked gets its own bpftrace program (UprobePrograms), kept
-// while the binary can run again and told which of its processes to follow.
+// inspected once per binary (device and inode), in a child process; each
+// binary whose HTTP/2 client can be hooked gets its own program
+// (UprobePrograms; every Go binary's program runs in one bpftrace,
+// uprobeHost.ts), kept while the binary can run again and told which of its
+// processes to follow.
 // Everything else stays on the socket path alone, with the reason logged once
 // per binary. Lines and attachments go to the loss graph, which applies them
 // in order (goRequests.ts).
@@ -9,7 +11,8 @@ import { readlinkSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import path from "node:path";
 import { BoundedMap } from "../../boundedMap.ts";
-import { inspectGoBinary, type GoBinaryInspected, type GoBinaryReport, type ProbePlacement } from "../goBinary/inspectGoBinary.ts";
+import { inspectGoBinaryApart } from "../goBinary/inspectApart.ts";
+import type { GoBinaryInspected, GoBinaryReport, ProbePlacement } from "../goBinary/inspectGoBinary.ts";
 import { DEBUG_BUILD_ID_ROOT, probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../goBinary/probeSymbolFile.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
@@ -157,7 +160,8 @@ export class GoProbes {
   }
 
   async #inspect(key: string, pid: number): Promise<GoBinaryReport> {
-    const report = await inspectGoBinary(this.#exe(pid));
+    // In a child process: what reading its DWARF takes is not kept by the agent.
+    const report = await inspectGoBinaryApart(this.#exe(pid));
     if (report.ok) {
       this.#o.log.info("Go HTTP/2 client found: requests are followed", {
         pid, go: report.goVersion, xNet: report.xNet?.version ?? null, families: report.families.map((f) => f.name), uprobesAt: report.probePlacement,

@@ -145,7 +145,7 @@ export class BpftraceSupervisor {
   private pending: { words: number[]; done: () => void }[] = [];
   private flushing: Promise<void> | null = null;
   private spawned = false;
-  private recordListener: (record: ProbeRecord) => boolean = () => true;
+  private recordListener: (record: ProbeRecord, part: number | undefined, line: string) => boolean = () => true;
   /** recursion_misses of the running instance's programs already counted; 0 at each spawn. */
   private missesCounted = 0;
   private countingMisses = false;
@@ -166,8 +166,12 @@ export class BpftraceSupervisor {
     };
   }
 
-  /** Every record the supervisor does not consume itself; false: dropped (not recorded either). Set before start. */
-  onRecord(listener: (record: ProbeRecord) => boolean): void {
+  /**
+   * Every record the supervisor does not consume itself, with the part of a
+   * combined program it came from (combinedProgram.ts) and its raw line;
+   * false: dropped (not recorded either). Set before start.
+   */
+  onRecord(listener: (record: ProbeRecord, part: number | undefined, line: string) => boolean): void {
     this.recordListener = listener;
   }
 
@@ -371,7 +375,7 @@ export class BpftraceSupervisor {
     } else if (record.type === "lost") {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
-    if (this.recordListener(record)) this.opts.onLine?.(line);
+    if (this.recordListener(record, parsed.part, line)) this.opts.onLine?.(line);
   }
 
   /** Adds what the kernel skipped of this instance's programs since the last tick (see missedRuns.ts). */
@@ -425,7 +429,7 @@ export class BpftraceSupervisor {
       return;
     }
     if (child !== this.child || !this.ready || this.stopping) return;
-    this.opts.log.warn("bpftrace stopped beating and does not answer; restarting", { silentMs: Date.now() - this.lastBeat });
+    this.opts.log.warn("bpftrace stopped beating and does not answer; restarting", { program: this.name, silentMs: Date.now() - this.lastBeat });
     this.restarted("heartbeat_missed");
     if (child) {
       this.killedForSilence.add(child);
@@ -479,7 +483,7 @@ export class BpftraceSupervisor {
     if (healthy) this.restarts = 0;
     const delay = restartDelayMs({ healthy, restarts: this.restarts, maxBackoffMs: this.opts.maxBackoffMs });
     if (!healthy) this.restarts++;
-    this.opts.log.warn("bpftrace exited; restarting", { code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
+    this.opts.log.warn("bpftrace exited; restarting", { program: this.name, code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
     this.restartTimer = setTimeout(() => {
       try {
         this.spawn();

@@ -19,7 +19,11 @@ export type ProbeRecord =
   | { type: "counters"; map: CounterMap; entries: { key: number[]; value: bigint }[] }
   | { type: "lost"; events: number };
 
-type ParseResult = { ok: true; record: ProbeRecord } | { ok: false; error: string };
+/**
+ * `part`: the line came from one part of a combined program (its printf
+ * starts with `#<id> `, combinedProgram.ts), that part's id.
+ */
+type ParseResult = { ok: true; record: ProbeRecord; part?: number } | { ok: false; error: string };
 
 const envelope = z.discriminatedUnion("type", [
   z.object({ type: z.literal("attached_probes"), data: z.object({ probes: z.number() }) }),
@@ -67,8 +71,13 @@ export function parseProbeLine(line: string): ParseResult {
       return { ok: true, record: { type: "lost", events: msg.data.events } };
     case "map":
       return parseMap(msg.data);
-    case "printf":
-      return parsePrintf(msg.data.replace(/\n$/, ""));
+    case "printf": {
+      const text = msg.data.replace(/\n$/, "");
+      const tagged = /^#(\d{1,3}) /.exec(text);
+      if (tagged === null) return parsePrintf(text);
+      const parsed = parsePrintf(text.slice(tagged[0].length));
+      return parsed.ok ? { ...parsed, part: Number(tagged[1]) } : parsed;
+    }
   }
 }
 

@@ -1,30 +1,33 @@
-// One bpftrace program per probed file — a Go binary, an OpenSSL library —
-// since uprobes are per inode. What the Go request probes and the TLS answer
-// probes share; each says which file a target's is and what its program is.
+// One program per probed file — a Go binary, an OpenSSL library — since
+// uprobes are per inode; those of a kind (Go, TLS) are merged into one
+// bpftrace at rest (uprobeHost.ts, combinedProgram.ts). What the Go request
+// probes and the TLS answer probes share; each says which file a target's is
+// and what its program is.
 //
-// A program is started when the first target using its file is seen, and
-// then kept: it attaches through a descriptor the agent holds open on the
+// A file's program is put in when the first target using the file is seen,
+// and then kept: it attaches through a descriptor the agent holds open on the
 // file (/proc/<agent>/fd/N), a path that outlives every process of it, so the
 // next process of the same binary or library is followed from its first
-// instruction and a program never dies with the process it was started for.
+// instruction and a program never goes with the process it was made for.
 // Which processes it reports on is a map in the kernel (followedPids.ts),
 // changed by follow messages (followChannel.ts): a target coming or going
-// never restarts it. A program whose file no target has used for idleMs is
-// stopped and its descriptor closed, and at most maxIdle programs wait idle
-// (each is a bpftrace process of about 120 MiB); a program that crashes is
-// restarted by its supervisor with the targets of the moment.
+// never restarts it; a file coming in gets a bpftrace of its own until its
+// kind's programs are merged into one (uprobeHost.ts says when, and what it
+// costs). A program whose file no target has used for idleMs is taken out
+// and its descriptor closed, and at most maxIdle programs wait idle; a crash
+// restarts its bpftrace with the targets of the moment.
 import { existsSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import type { Counter, Gauge } from "prom-client";
 import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics } from "../../telemetry/metrics.ts";
-import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
 import { EVERY_PROGRAM, FollowOp, MAX_PROGRAM_ID, type FollowChannel } from "./followChannel.ts";
 import type { FollowedPidsOptions } from "./followedPids.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
 import { TRACEFS_ROOTS } from "./probeProgram.ts";
 import { removeStaleUprobeEvents } from "./staleUprobeEvents.ts";
+import type { UprobeHost } from "./uprobeHost.ts";
 
 /** What one file's program is. */
 interface ProbedFileSpec {
@@ -40,9 +43,9 @@ interface ProbedFileSpec {
 
 /** What a source of uprobe programs needs of the agent. */
 export interface UprobeContext {
-  bpftrace: string;
+  /** The bpftrace every file's program of this kind runs in. */
+  host: UprobeHost;
   procRoot: string;
-  agentHostPid: number;
   metrics: AgentMetrics;
   log: Logger;
   /** Kernel time now (CLOCK_MONOTONIC ns, as bpftrace's nsecs). */
@@ -86,7 +89,10 @@ interface ProbedFile {
   followed: Set<number>;
   handle: FileHandle | null;
   id: number;
-  program: BpftraceSupervisor | null;
+  /** Its program is in the shared bpftrace (or being put in). */
+  hosted: boolean;
+  /** Its program was taken out because bpftrace did not attach with it: its targets stay on the socket path. */
+  failed: boolean;
   /** The program attached once and is counted in the gauge. */
   counted: boolean;
   /** When the last target left (Date.now()); null while one uses the file. */
@@ -139,13 +145,18 @@ export class UprobePrograms {
     if (known !== undefined && known !== key) await this.remove(pid);
     let file = this.#files.get(key);
     if (file === undefined) {
-      file = { spec: spec(), pids: new Set(), followed: new Set(), handle: null, id: -1, program: null, counted: false, idleSince: null };
+      file = { spec: spec(), pids: new Set(), followed: new Set(), handle: null, id: -1, hosted: false, failed: false, counted: false, idleSince: null };
       this.#files.set(key, file);
+    } else if (!file.hosted && !file.failed) {
+      // Its file could not be opened through the process it was first seen
+      // in (gone already: a kubectl lives a tenth of a second): through this one.
+      file.spec = spec();
     }
     file.pids.add(pid);
     file.idleSince = null;
     this.#fileOf.set(pid, key);
-    if (file.program === null) await this.#start(key, file);
+    if (file.failed) return;
+    if (!file.hosted) await this.#start(key, file);
     else await this.#send(FollowOp.follow, file.id, pid);
   }
 
@@ -159,7 +170,7 @@ export class UprobePrograms {
     file.pids.delete(pid);
     if (file.pids.size === 0) file.idleSince = Date.now();
     // A process that exited was let go in the kernel at its exit.
-    if (file.program !== null && existsSync(path.join(this.#o.procRoot, String(pid)))) {
+    if (file.hosted && existsSync(path.join(this.#o.procRoot, String(pid)))) {
       await this.#send(FollowOp.unfollow, file.id, pid);
     }
     if (file.followed.delete(pid)) this.#attached(file, pid, false, this.#o.nowNs());
@@ -174,15 +185,15 @@ export class UprobePrograms {
 
   /** A process its exec made followed everywhere, and that is no target: every program lets it go. */
   async unfollowEverywhere(pid: number): Promise<void> {
-    if ([...this.#files.values()].some((file) => file.program !== null)) await this.#send(FollowOp.unfollow, EVERY_PROGRAM, pid);
+    if ([...this.#files.values()].some((file) => file.hosted)) await this.#send(FollowOp.unfollow, EVERY_PROGRAM, pid);
   }
 
-  /** Waits for the changes under way, then stops every program. */
+  /** Waits for the changes under way, then takes every program out. */
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#sweeper) clearInterval(this.#sweeper);
     await this.#work;
-    for (const file of this.#files.values()) await this.#stopProgram(file);
+    for (const file of this.#files.values()) this.#stopProgram(file);
     this.#files.clear();
   }
 
@@ -215,99 +226,118 @@ export class UprobePrograms {
     file.id = id;
     const stale = await removeStaleUprobeEvents(process.pid, TRACEFS_ROOTS);
     if (stale > 0) log.info(`${what}: removed uprobe events a killed bpftrace left on this agent's descriptors`, { events: stale });
+    file.hosted = true;
     // bpftrace runs in the agent's PID and mount namespaces: this path is the agent's descriptor.
     const through = `/proc/${process.pid}/fd/${handle.fd}`;
-    const program = new BpftraceSupervisor({
-      variant: "sockets",
-      bpftrace: this.#o.bpftrace,
-      metrics: this.#o.metrics,
-      log,
-      agentHostPid: this.#o.agentHostPid,
-      kind: "uprobe",
-      state: () => ({ targets: [], endpoints: [], execWatch: false }),
-      onInstance: () => {},
-      readyTimeoutMs: 30_000,
+    // Not awaited: putting a file in restarts the shared bpftrace, which must
+    // not hold up the changes behind it (their follow messages are sent again
+    // once it attached: see up()).
+    void this.#o.host.add({
+      id,
+      name: `${what} ${file.spec.details.file}`,
+      // At every (re)start: the targets of the moment, followed from BEGIN.
+      render: () => file.spec.render(through, { programId: id, pids: [...file.pids], execWatch: this.#o.execWatch }),
+      flags: file.spec.flags ?? [],
+      env: file.spec.env ?? {},
+      // Gone at once (what it followed is no longer followed from now, before
+      // a new program's follow lines); back after the changes before it.
+      up: (attached) => (attached ? this.enqueue(() => this.#up(file)) : this.#down(file)),
+      restarted: (reason) => this.#o.restarts.inc({ reason }),
+      failed: (error) => this.enqueue(() => this.#failed(file, error)),
+      onRecord: (record) => this.#onRecord(key, file, record),
+      askForBeat: () => this.#o.follow.send(FollowOp.beat, id, 0),
       ...(this.#o.onLine ? { onLine: this.#o.onLine } : {}),
-      program: {
-        // At every (re)start: the targets of the moment, followed from BEGIN.
-        render: () => file.spec.render(through, { programId: id, pids: [...file.pids], execWatch: this.#o.execWatch }),
-        flags: file.spec.flags ?? [],
-        env: file.spec.env ?? {},
-        up: (attached) => {
-          if (attached) return; // its follow lines say whom it follows
-          const now = this.#o.nowNs();
-          for (const pid of file.followed) this.#attached(file, pid, false, now);
-          file.followed.clear();
-        },
-        restarted: (reason) => this.#o.restarts.inc({ reason }),
-        askForBeat: () => this.#o.follow.send(FollowOp.beat, id, 0),
-      },
     });
-    program.name = `${what} ${file.spec.details.file}`;
-    program.onRecord((record) => {
-      if (record.type === "follow") {
-        if (file.followed.has(record.pid)) return true;
-        if (!file.pids.has(record.pid)) {
-          // Followed from its exec, announced at its first call into the file,
-          // before the agent told the program (or before it ever could: gone).
-          if (!this.#o.isTarget(record.pid) || this.#fileOf.has(record.pid)) return true;
-          file.pids.add(record.pid);
-          file.idleSince = null;
-          this.#fileOf.set(record.pid, key);
-        }
-        file.followed.add(record.pid);
-        this.#attached(file, record.pid, true, record.since);
-      } else if (record.type === "unfollow") {
-        if (file.followed.delete(record.pid)) this.#attached(file, record.pid, false, record.ts);
-      } else {
-        this.#o.onRecord(record);
-      }
-      return true;
-    });
-    file.program = program;
-    // Not awaited: a program that cannot attach (its bpftrace crash-loops)
-    // must not hold up the changes behind it.
-    program.start().then(
-      () => {
-        if (file.program !== program) return;
-        file.counted = true;
-        this.#o.attachedGauge.inc();
-        log.info(`${what} attached`, { ...file.spec.details, program: id, pids: [...file.pids] });
-      },
-      (error: unknown) => {
-        if (file.program !== program) return;
-        log.warn(`${what} did not attach; its targets stay on the socket path`, { ...file.spec.details, error: String(error) });
-      },
-    );
   }
 
-  async #stopProgram(file: ProbedFile): Promise<void> {
-    const program = file.program;
-    if (program === null) return;
-    file.program = null;
-    if (file.counted) this.#o.attachedGauge.dec();
-    file.counted = false;
-    await program.stop(); // its followed pids are told it went away (up(false))
-    await file.handle?.close();
-    file.handle = null;
-    this.#o.follow.release(file.id);
-    this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
+  /** The bpftrace with this file's program in it went away: its processes are no longer followed. */
+  #down(file: ProbedFile): void {
+    const now = this.#o.nowNs();
+    for (const pid of file.followed) this.#attached(file, pid, false, now);
+    file.followed.clear();
+  }
+
+  /** A bpftrace with this file's program in it attached (and reports for it). */
+  async #up(file: ProbedFile): Promise<void> {
+    if (!file.hosted) return;
+    const { what, log } = this.#o;
+    if (!file.counted) {
+      file.counted = true;
+      this.#o.attachedGauge.inc();
+      log.info(`${what} attached`, { ...file.spec.details, program: file.id, pids: [...file.pids] });
+    }
+    // Targets that came while it (re)started: their follow messages found no program.
+    for (const pid of file.pids) if (!file.followed.has(pid)) await this.#send(FollowOp.follow, file.id, pid);
+  }
+
+  async #failed(file: ProbedFile, error: string): Promise<void> {
+    if (!file.hosted) return;
+    this.#o.log.warn(`${this.#o.what} did not attach; its targets stay on the socket path`, { ...file.spec.details, error });
+    file.failed = true;
+    // No bpftrace holds it: its own did not attach.
+    await this.#release(file)();
+  }
+
+  #onRecord(key: string, file: ProbedFile, record: ProbeRecord): void {
+    if (record.type === "follow") {
+      if (file.followed.has(record.pid)) return;
+      if (!file.pids.has(record.pid)) {
+        // Followed from its exec, announced at its first call into the file,
+        // before the agent told the program (or before it ever could: gone).
+        if (!this.#o.isTarget(record.pid) || this.#fileOf.has(record.pid)) return;
+        file.pids.add(record.pid);
+        file.idleSince = null;
+        this.#fileOf.set(record.pid, key);
+      }
+      file.followed.add(record.pid);
+      this.#attached(file, record.pid, true, record.since);
+    } else if (record.type === "unfollow") {
+      if (file.followed.delete(record.pid)) this.#attached(file, record.pid, false, record.ts);
+    } else {
+      this.#o.onRecord(record);
+    }
   }
 
   /**
-   * Programs whose file no target has used for idleMs, and the longest idle
-   * past maxIdle, one at a time: stopping one takes a while, and meanwhile a
-   * new process of another idle file may have made it used again.
+   * Takes the file's program out: its lines count no more from now (its
+   * followed pids are told it went away, up(false)). Its descriptor and id
+   * are freed once no bpftrace holds them, which for a merged program is at
+   * the next merge: not waited for here, where the changes behind this one,
+   * a new file's among them, would wait too.
    */
-  async #stopIdle(): Promise<void> {
+  #stopProgram(file: ProbedFile): void {
+    if (!file.hosted) return;
+    const gone = this.#o.host.remove(file.id);
+    const release = this.#release(file);
+    void gone.then(release).catch((error: unknown) => {
+      this.#o.log.warnRateLimited(`${this.#o.what}-release`, `${this.#o.what}: a file's descriptor could not be closed`, { ...file.spec.details, error: String(error) });
+    });
+    this.#o.log.info(`${this.#o.what} detached`, { ...file.spec.details, program: file.id });
+  }
+
+  /** Counts the file's program out now; returns what closes its descriptor and frees its id, once no bpftrace holds them. */
+  #release(file: ProbedFile): () => Promise<void> {
+    file.hosted = false;
+    if (file.counted) this.#o.attachedGauge.dec();
+    file.counted = false;
+    const { handle, id } = file;
+    file.handle = null;
+    return async () => {
+      await handle?.close();
+      this.#o.follow.release(id);
+    };
+  }
+
+  /** Programs whose file no target has used for idleMs, and the longest idle past maxIdle. */
+  #stopIdle(): Promise<void> {
     for (;;) {
       const now = Date.now();
       const idle = [...this.#files].filter(([, file]) => file.idleSince !== null).sort(([, a], [, b]) => a.idleSince! - b.idleSince!);
       const stale = idle.find(([, file], i) => now - file.idleSince! >= this.#o.idleMs || idle.length - i > this.#o.maxIdle);
-      if (stale === undefined) return;
+      if (stale === undefined) return Promise.resolve();
       const [key, file] = stale;
       this.#files.delete(key);
-      await this.#stopProgram(file);
+      this.#stopProgram(file);
     }
   }
 }

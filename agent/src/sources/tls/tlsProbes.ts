@@ -1,6 +1,6 @@
 // TLS probing of the targets that call OpenSSL: each OpenSSL file (a libssl
-// or an executable with OpenSSL in it) gets its own bpftrace program
-// (UprobePrograms), kept while the file can be used again and told which of
+// or an executable with OpenSSL in it) gets its own program
+// (UprobePrograms; every file's program runs in one bpftrace, uprobeHost.ts), kept while the file can be used again and told which of
 // the processes using it to follow. A target with no OpenSSL mapped yet (python maps
 // libssl when it first imports ssl) is looked at again. One that just exec'd
 // is looked at every few ms through its first seconds: a one-shot python

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { execa } from "execa";
 import { z } from "zod";
-import { AgentMetrics, PROBE_RESTART_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES, KUBERNETES_WATCHED, KUBERNETES_WATCH_ERRORS } from "../../../src/telemetry/metrics.ts";
+import { AgentMetrics, PROBE_RESTART_REASONS, UPROBE_RELOAD_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES, KUBERNETES_WATCHED, KUBERNETES_WATCH_ERRORS } from "../../../src/telemetry/metrics.ts";
 import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS, VERDICTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
@@ -90,6 +90,7 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_go_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_tls_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
+  { metric: "lostwrite_uprobe_program_reloads_total", label: "reason", values: UPROBE_RELOAD_REASONS },
   { metric: "lostwrite_go_targets", label: "coverage", values: GO_COVERAGES },
   { metric: "lostwrite_spans_rejected_total", label: "reason", values: SPAN_REJECT_REASONS },
   { metric: "lostwrite_events_dropped_total", label: "reason", values: DROP_REASONS },
