@@ -39,21 +39,17 @@ export class UprobeSources {
   readonly tls: TlsProbes | null;
   readonly #follow = new FollowChannel();
   /**
-   * The bpftrace of every Go binary's program, and the one of every OpenSSL
-   * file's. One for both would save a process (about 30 MiB of its own), but
-   * a file coming in restarts its bpftrace with every file's program: a Go
-   * binary's takes seconds to compile (more with DWARF), and a new libssl's
-   * program must attach within the first one-shot scripts, as it does alone
-   * (about 1 s). Kept apart, a libssl restarts only the TLS programs.
+   * The bpftrace of every probed file's program, Go binaries and OpenSSL
+   * files alike: a bpftrace holds about 30 MiB of its own however small its
+   * program, and a file coming in never waits for the others' compile (its
+   * program starts alone, and joins the others once the files settle:
+   * uprobeHost.ts).
    */
-  readonly #goHost: UprobeHost;
-  readonly #tlsHost: UprobeHost;
+  readonly #host: UprobeHost;
 
   constructor(opts: UprobeSourcesOptions) {
     const { config, recorder, log } = opts;
-    const host = (): UprobeHost => new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
-    this.#goHost = host();
-    this.#tlsHost = host();
+    this.#host = new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
     const context = {
       follow: this.#follow,
       execWatch: newProgramsCanMatch(config),
@@ -65,7 +61,7 @@ export class UprobeSources {
       nowNs: () => process.hrtime.bigint(),
     };
     this.go = config["go-probes"]
-      ? new GoProbes({ ...context, host: this.#goHost, lines: opts.goLines, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
+      ? new GoProbes({ ...context, host: this.#host, lines: opts.goLines, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
       : null;
     // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
     // 1.3 session ticket arriving after the first request is no answer. The TLS
@@ -78,7 +74,7 @@ export class UprobeSources {
     this.tls = config["tls-probes"] && tlsTracepoint
       ? new TlsProbes({
           ...context,
-          host: this.#tlsHost,
+          host: this.#host,
           onVerdict: (record) => opts.records.push(record),
           // In the records' queue, in the order recorded: applied between the same records live and in replay.
           onAttached: (pid, attached, atNs) => {
@@ -117,6 +113,6 @@ export class UprobeSources {
     const sources = [...(this.go ? [this.go] : []), ...(this.tls ? [this.tls] : [])];
     return sources.length === 0
       ? []
-      : [...sources, stage("uprobe programs' bpftrace", () => undefined, () => Promise.all([this.#goHost.stop(), this.#tlsHost.stop()]).then(() => undefined))];
+      : [...sources, stage("uprobe programs' bpftrace", () => undefined, () => this.#host.stop())];
   }
 }

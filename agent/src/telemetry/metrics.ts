@@ -12,7 +12,7 @@ export type ProbeRestartReason = (typeof PROBE_RESTART_REASONS)[number];
 /** The agent's bpftrace programs by kind: the socket probe, and the uprobe programs (Go requests, TLS answers). */
 export const PROBE_PROGRAM_KINDS = ["socket", "uprobe"] as const;
 export type ProbeProgramKind = (typeof PROBE_PROGRAM_KINDS)[number];
-/** Why a kind's uprobe programs were compiled again into one bpftrace (sources/probe/uprobeHost.ts): several merged, or a file's probes taken out of a merged one. */
+/** Why the uprobe programs were compiled again into one bpftrace (sources/probe/uprobeHost.ts): several merged, or a file's probes taken out of a merged one. */
 export const UPROBE_RELOAD_REASONS = ["merged", "file_removed"] as const;
 export const SPAN_REJECT_REASONS = [
   "malformed",
@@ -193,7 +193,7 @@ export class AgentMetrics {
   });
   readonly uprobeProgramReloads = new Counter<"reason">({
     name: "lostwrite_uprobe_program_reloads_total",
-    help: "Merges of a kind's uprobe programs (Go binaries, OpenSSL files) into one bpftrace, once the probed files have not changed for a minute: merged (several programs into one) or file_removed (a file gone from a merged program).",
+    help: "Merges of the uprobe programs (Go binaries' and OpenSSL files') into one bpftrace, once the probed files have not changed for a minute: merged (several programs into one) or file_removed (a file gone from a merged program).",
     labelNames: ["reason"],
     registers: [this.registry],
   });

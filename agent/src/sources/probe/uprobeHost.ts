@@ -1,7 +1,6 @@
 // The bpftrace processes that run the uprobe programs of many probed files
-// (combinedProgram.ts joins them); the agent has a host for its Go binaries
-// and one for its OpenSSL files (uprobeSources.ts says why two). At rest a
-// host runs one bpftrace for all its files instead of one per file: a
+// (combinedProgram.ts joins them), Go binaries and OpenSSL files alike. At
+// rest the host runs one bpftrace for all its files instead of one per file: a
 // bpftrace holds about 30 MiB of its own memory for LLVM, clang and the
 // kernel's BTF however small its program, and each file's probes add less
 // than that (`npm run bench:footprint` measures both).
@@ -27,7 +26,7 @@
 // merge (its descriptor and follow id are freed when no bpftrace holds them).
 // A merge is counted in lostwrite_uprobe_program_reloads_total and timed in
 // the log; a crash is each part's restart, counted by its kind. For a compile
-// one more bpftrace of the kind runs.
+// one more bpftrace runs.
 //
 // A file whose probes bpftrace refuses must not take the others down: its
 // own program does not attach, and it is told it failed (its processes stay

@@ -1,5 +1,5 @@
 // One program per probed file — a Go binary, an OpenSSL library — since
-// uprobes are per inode; those of a kind (Go, TLS) are merged into one
+// uprobes are per inode; all of them, Go's and TLS's, are merged into one
 // bpftrace at rest (uprobeHost.ts, combinedProgram.ts). What the Go request
 // probes and the TLS answer probes share; each says which file a target's is
 // and what its program is.
@@ -11,8 +11,8 @@
 // instruction and a program never goes with the process it was made for.
 // Which processes it reports on is a map in the kernel (followedPids.ts),
 // changed by follow messages (followChannel.ts): a target coming or going
-// never restarts it; a file coming in gets a bpftrace of its own until its
-// kind's programs are merged into one (uprobeHost.ts says when, and what it
+// never restarts it; a file coming in gets a bpftrace of its own until the
+// programs are merged into one (uprobeHost.ts says when, and what it
 // costs). A program whose file no target has used for idleMs is taken out
 // and its descriptor closed, and at most maxIdle programs wait idle; a crash
 // restarts its bpftrace with the targets of the moment.
@@ -43,7 +43,7 @@ interface ProbedFileSpec {
 
 /** What a source of uprobe programs needs of the agent. */
 export interface UprobeContext {
-  /** The bpftrace every file's program of this kind runs in. */
+  /** The bpftrace every probed file's program runs in. */
   host: UprobeHost;
   procRoot: string;
   metrics: AgentMetrics;
