@@ -12,8 +12,8 @@
 // - every line it prints starts with `#<id> `, which the parser takes off
 //   (probeOutput.ts), so the agent knows whose line it is;
 // - bpftrace takes one BEGIN and one END: theirs are joined, in order;
-// - the liveness tick (`interval:s:1`, the same text in every part) runs
-//   once, the first part's: it says the process runs, which is the process's
+// - the liveness tick (`interval:s:1 { printf("tick %llu\n", nsecs); }`,
+//   the same in every part) runs once, the first part's: it says the process runs, which is the process's
 //   fact, not a part's, and the supervisor counts the ticks the kernel skipped
 //   from the gaps between them (bpftraceSupervisor.ts), which N timers of
 //   different phases would hide.
@@ -137,6 +137,11 @@ function describe(part: ProgramPart): string {
   return `// #${part.id}: ${first ? first.replace(/^\/\/\s*/, "") : "(no comment)"}`;
 }
 
+/** The tick every program prints for the supervisor's heartbeat, and nothing else (a part's other timers are its own). */
+function isLivenessTick(block: ProgramBlock): boolean {
+  return block.header === "interval:s:1" && /^\s*printf\("tick %llu\\n", nsecs\);\s*$/.test(block.body);
+}
+
 /** The parts as one program; bpftrace runs it as each part would run alone (`bpftrace -f json FILE AGENT_HOST_PID`). */
 export function combinePrograms(parts: readonly ProgramPart[]): string {
   if (parts.length === 0) throw new RangeError("combinePrograms: no program to combine");
@@ -144,7 +149,7 @@ export function combinePrograms(parts: readonly ProgramPart[]): string {
   const begin: string[] = [];
   const end: string[] = [];
   const probes: string[] = [];
-  const timers = new Set<string>();
+  let ticking = false;
   for (const part of parts) {
     if (!Number.isInteger(part.id) || part.id < 0) throw new RangeError(`combinePrograms: part id must be a non-negative integer, got ${part.id}`);
     if (ids.has(part.id)) throw new RangeError(`combinePrograms: part id ${part.id} given twice`);
@@ -153,10 +158,9 @@ export function combinePrograms(parts: readonly ProgramPart[]): string {
       const body = separate(block.body, part.id);
       if (block.header === "BEGIN") begin.push(body);
       else if (block.header === "END") end.push(body);
-      else if (block.header.startsWith("interval:")) {
-        const timer = `${block.header}{${block.body}}`;
-        if (timers.has(timer)) continue;
-        timers.add(timer);
+      else if (isLivenessTick(block)) {
+        if (ticking) continue;
+        ticking = true;
         probes.push(`${block.header} {\n${body}\n}`);
       } else probes.push(`${separate(block.header, part.id)} {\n${body}\n}`);
     }

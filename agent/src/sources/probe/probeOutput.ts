@@ -84,7 +84,9 @@ export function parseProbeLine(line: string): ParseResult {
 function parseMap(data: Record<string, Record<string, number | bigint>>): ParseResult {
   const names = Object.keys(data);
   const name = names[0];
-  const map = name === undefined ? undefined : COUNTER_MAPS[name];
+  // A combined program's part prints its maps renamed `@name__<id>` (combinedProgram.ts).
+  const tagged = name === undefined ? null : /^(@\w+?)__(\d{1,3})$/.exec(name);
+  const map = name === undefined ? undefined : COUNTER_MAPS[tagged ? tagged[1]! : name];
   if (names.length !== 1 || map === undefined) return { ok: false, error: `unknown map "${names.join(",")}"` };
   const entries: { key: number[]; value: bigint }[] = [];
   for (const [rawKey, value] of Object.entries(data[name!]!)) {
@@ -95,7 +97,8 @@ function parseMap(data: Record<string, Record<string, number | bigint>>): ParseR
     }
     entries.push({ key, value: BigInt(value) });
   }
-  return { ok: true, record: { type: "counters", map, entries } };
+  const record: ProbeRecord = { type: "counters", map, entries };
+  return tagged ? { ok: true, record, part: Number(tagged[2]) } : { ok: true, record };
 }
 
 function parsePrintf(text: string): ParseResult {

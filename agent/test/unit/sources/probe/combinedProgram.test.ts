@@ -58,6 +58,12 @@ void describe("combined uprobe programs", { timeout: 10_000 }, () => {
     assert.deepEqual(alone, { ok: true, record: { type: "follow", ts: 5n, pid: 42, since: 4n } });
   });
 
+  void it("a part's printed map parses as it would alone, with the part it came from", () => {
+    const parsed = parseProbeLine(JSON.stringify({ type: "map", data: { "@writes__17": { "42": 3 } } }));
+    assert.deepEqual(parsed, { ok: true, record: { type: "counters", map: "writes", entries: [{ key: [42], value: 3n }] }, part: 17 });
+    assert.equal(parseProbeLine(JSON.stringify({ type: "map", data: { "@writes__x": { "42": 3 } } })).ok, false, "no part id, no known map");
+  });
+
   void it("takes the TLS program as its renderer writes it", () => {
     const tls = renderTlsProgram({ library: "/proc/1/fd/3", programId: 4, pids: [42], execWatch: false });
     const text = combinePrograms([{ id: 4, text: tls }, { id: 5, text: tls.replaceAll("/proc/1/fd/3", "/proc/1/fd/4") }]);
@@ -71,6 +77,12 @@ void describe("combined uprobe programs", { timeout: 10_000 }, () => {
     const text = combinePrograms([{ id: 4, text: tls }, { id: 5, text: tls.replaceAll("/proc/1/fd/3", "/proc/1/fd/4") }]);
     assert.equal(text.match(/^interval:s:1 /gm)?.length, 1);
     assert.ok(text.includes('printf("#4 tick %llu\\n", nsecs)'), "the first part's tick");
+  });
+
+  void it("keeps every part's other timers: they print the part's own state", () => {
+    const counting = `${PART}\ninterval:s:1 {\n\tprint(@sent);\n}\n`;
+    const text = combinePrograms([{ id: 3, text: counting }, { id: 7, text: counting }]);
+    assert.ok(text.includes("print(@sent__3);") && text.includes("print(@sent__7);"));
   });
 
   void it("refuses two parts with one id", () => {
