@@ -127,6 +127,8 @@ interface InspectApartOptions {
   /** The script run in the child (tests give one of their own); default inspectChild beside this module. */
   script?: string;
   timeoutMs?: number;
+  /** The binary, opened already by the caller (who keeps it open after); else it is opened here. */
+  handle?: FileHandle;
 }
 
 /**
@@ -136,6 +138,7 @@ interface InspectApartOptions {
  * lives a tenth of a second, less than a child takes to start.
  */
 export async function inspectGoBinaryApart(binary: string, opts: InspectApartOptions = {}): Promise<GoBinaryReport> {
+  if (opts.handle) return inspectInChild(binary, opts.handle, opts);
   let handle: FileHandle;
   try {
     handle = await open(binary, "r");

@@ -1,14 +1,14 @@
 // Request-level probing of the Go targets: every target's executable is
 // inspected once per binary (device and inode), in a child process; each
 // binary whose HTTP/2 client can be hooked gets its own program
-// (UprobePrograms; every Go binary's program runs in one bpftrace,
+// (UprobePrograms; every probed file's program runs in one bpftrace,
 // uprobeHost.ts), kept while the binary can run again and told which of its
 // processes to follow.
 // Everything else stays on the socket path alone, with the reason logged once
 // per binary. Lines and attachments go to the loss graph, which applies them
 // in order (goRequests.ts).
 import { readlinkSync } from "node:fs";
-import { stat } from "node:fs/promises";
+import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { BoundedMap } from "../../boundedMap.ts";
 import { inspectGoBinaryApart } from "../goBinary/inspectApart.ts";
@@ -25,6 +25,13 @@ export interface GoLines {
   setGoAttached(pid: number, attached: boolean, atNs: bigint): void;
   /** `pid` is no target any more (at kernel time `atNs`). */
   forgetGoProcess(pid: number, atNs: bigint): void;
+}
+
+/** A target's executable as the agent opened it; `held` until the change that opened it is over (then closed). */
+interface OpenBinary {
+  key: string;
+  handle: FileHandle;
+  held: boolean;
 }
 
 interface GoProbesOptions extends UprobeContext {
@@ -104,32 +111,46 @@ export class GoProbes {
       this.#o.lines.forgetGoProcess(pid, this.#o.nowNs());
     }
     for (const { pid } of added) {
-      const key = await this.#binaryKey(pid);
-      if (key === null) continue;
-      const inspected = this.#inspected.get(key) ?? (await this.#inspect(key, pid));
-      if (!inspected.ok) {
-        if (inspected.unverifiedLayout) this.#unverified.add(pid);
-        continue;
+      // Opened once, at once, and held until its program has opened the file
+      // too: a kubectl lives a tenth of a second, less than inspecting its
+      // binary takes, and its /proc/<pid>/exe goes with it.
+      const binary = await this.#openBinary(pid);
+      if (binary === null) continue;
+      try {
+        await this.#add(pid, binary);
+      } finally {
+        binary.held = false;
+        await binary.handle.close();
       }
-      this.#latestPid.set(key, pid);
-      const latestPid = (): number => this.#latestPid.get(key) ?? pid;
-      const exe = (of: number): string => this.#exe(of);
-      await this.#programs.add(pid, key, () => ({
-        // Opened through a pid's /proc entry: that works in a pod, and for a
-        // binary deleted since. Read at each attempt to open it, through the
-        // binary's latest target: a short-lived first process (a kubectl)
-        // may be gone before its program starts, and the next one is alive.
-        get path() {
-          return exe(latestPid());
-        },
-        render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), correlationWindowMs: this.#o.correlationWindowMs, ...follow }),
-        flags: ["--unsafe"],
-        env: { ...GO_PROBE_ENV },
-        details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
-      }));
     }
     this.#o.metrics.goTargets.set({ coverage: "requests" }, this.#programs.followed);
     this.#o.metrics.goTargets.set({ coverage: "unverified_layout" }, this.#unverified.size);
+  }
+
+  async #add(pid: number, binary: OpenBinary): Promise<void> {
+    const { key, handle } = binary;
+    const inspected = this.#inspected.get(key) ?? (await this.#inspect(key, pid, handle));
+    if (!inspected.ok) {
+      if (inspected.unverifiedLayout) this.#unverified.add(pid);
+      return;
+    }
+    this.#latestPid.set(key, pid);
+    const latestPid = (): number => this.#latestPid.get(key) ?? pid;
+    const exe = (of: number): string => this.#exe(of);
+    const held = `/proc/${process.pid}/fd/${handle.fd}`;
+    await this.#programs.add(pid, key, () => ({
+      // While this change runs, the agent's own descriptor (whatever became
+      // of the process); later, when its program could not be started then,
+      // through the binary's latest target's /proc entry: that works in a
+      // pod, and for a binary deleted since.
+      get path() {
+        return binary.held ? held : exe(latestPid());
+      },
+      render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), correlationWindowMs: this.#o.correlationWindowMs, ...follow }),
+      flags: ["--unsafe"],
+      env: { ...GO_PROBE_ENV },
+      details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
+    }));
   }
 
   /**
@@ -148,20 +169,24 @@ export class GoProbes {
     return "entry";
   }
 
-  async #binaryKey(pid: number): Promise<string | null> {
+  /** The target's executable, open, and its key (dev:inode); null when it cannot be read. */
+  async #openBinary(pid: number): Promise<OpenBinary | null> {
+    let handle: FileHandle | null = null;
     try {
-      const info = await stat(this.#exe(pid));
-      return `${info.dev}:${info.ino}`;
+      handle = await open(this.#exe(pid), "r");
+      const info = await handle.stat();
+      return { key: `${info.dev}:${info.ino}`, handle, held: true };
     } catch (error) {
+      await handle?.close();
       // Gone already, or /proc/<pid>/exe unreadable (without CAP_SYS_PTRACE in a pod).
       this.#o.log.warnRateLimited("go-probes-exe", "cannot read a target's executable; it stays on the socket path", { pid, error: String(error) });
       return null;
     }
   }
 
-  async #inspect(key: string, pid: number): Promise<GoBinaryReport> {
+  async #inspect(key: string, pid: number, handle: FileHandle): Promise<GoBinaryReport> {
     // In a child process: what reading its DWARF takes is not kept by the agent.
-    const report = await inspectGoBinaryApart(this.#exe(pid));
+    const report = await inspectGoBinaryApart(this.#exe(pid), { handle });
     if (report.ok) {
       this.#o.log.info("Go HTTP/2 client found: requests are followed", {
         pid, go: report.goVersion, xNet: report.xNet?.version ?? null, families: report.families.map((f) => f.name), uprobesAt: report.probePlacement,
