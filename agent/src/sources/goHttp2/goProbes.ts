@@ -27,6 +27,21 @@ export interface GoLines {
   forgetGoProcess(pid: number, atNs: bigint): void;
 }
 
+/**
+ * The name the logs give a binary: the file the agent's descriptor on it
+ * points at (read when its program is made, while the descriptor is held;
+ * the process may be gone).
+ */
+function binaryName(descriptor: string, fallback: string): string {
+  let target = fallback;
+  try {
+    target = readlinkSync(descriptor);
+  } catch {
+    // closed already (a later process's attempt): the inspected path will do
+  }
+  return path.basename(target).replace(/ \(deleted\)$/, "");
+}
+
 /** A target's executable as the agent opened it; `held` until the change that opened it is over (then closed). */
 interface OpenBinary {
   key: string;
@@ -149,7 +164,7 @@ export class GoProbes {
       render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), correlationWindowMs: this.#o.correlationWindowMs, ...follow }),
       flags: ["--unsafe"],
       env: { ...GO_PROBE_ENV },
-      details: { file: this.#binaryName(pid, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
+      details: { file: binaryName(held, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },
     }));
   }
 
@@ -216,17 +231,6 @@ export class GoProbes {
       }
     }
     return report;
-  }
-
-  /** The name the logs give a binary: what /proc/<pid>/exe points at (read once, when its program is made). */
-  #binaryName(pid: number, fallback: string): string {
-    let target = fallback;
-    try {
-      target = readlinkSync(this.#exe(pid));
-    } catch {
-      // gone already: the inspected path will do
-    }
-    return path.basename(target).replace(/ \(deleted\)$/, "");
   }
 
   #exe(pid: number): string {
