@@ -9,6 +9,8 @@ import { SENDER_REJECT_REASONS } from "../sources/spans/senderTrust.ts";
 
 export const PROBE_RESTART_REASONS = ["exited", "heartbeat_missed", "spawn_failed"] as const;
 export type ProbeRestartReason = (typeof PROBE_RESTART_REASONS)[number];
+/** The socket probe's: also restarted to attach its send hook (sendHook.ts), which bpftrace cannot add to a running program. */
+export const SOCKET_PROBE_RESTART_REASONS = [...PROBE_RESTART_REASONS, "send_hook"] as const;
 /** The agent's bpftrace programs by kind: the socket probe, and the uprobe programs (Go requests, TLS answers). */
 export const PROBE_PROGRAM_KINDS = ["socket", "uprobe"] as const;
 export type ProbeProgramKind = (typeof PROBE_PROGRAM_KINDS)[number];
@@ -174,6 +176,11 @@ export class AgentMetrics {
     labelNames: ["variant", "bpftrace_version", "answer_rule"],
     registers: [this.registry],
   });
+  readonly probeSendHook = new Gauge({
+    name: "lostwrite_probe_send_hook",
+    help: "1 while the socket probe has its program on sock:sock_send_length (every send of every process on the node pays it), 0 while no target needs it.",
+    registers: [this.registry],
+  });
   readonly probeRestarts = new Counter({
     name: "lostwrite_probe_restarts_total",
     help: "bpftrace restarts by the supervisor, by reason.",
@@ -312,7 +319,7 @@ export class AgentMetrics {
     this.now = opts.now ?? Date.now;
     // Closed label sets start at zero so rate() and absent-series alerts work
     // from the first scrape.
-    for (const reason of PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
+    for (const reason of SOCKET_PROBE_RESTART_REASONS) this.probeRestarts.inc({ reason }, 0);
     for (const reason of PROBE_RESTART_REASONS) this.goProbeRestarts.inc({ reason }, 0);
     for (const reason of PROBE_RESTART_REASONS) this.tlsProbeRestarts.inc({ reason }, 0);
     for (const reason of UPROBE_RELOAD_REASONS) this.uprobeProgramReloads.inc({ reason }, 0);
@@ -325,6 +332,7 @@ export class AgentMetrics {
       for (const reason of KUBERNETES_WATCH_ERRORS) this.kubernetesWatchErrors.inc({ resource, reason }, 0);
     }
     this.probeUp.set(0);
+    this.probeSendHook.set(0);
     this.probeEventsLost.inc(0);
     for (const program of PROBE_PROGRAM_KINDS) this.probeMissedRuns.inc({ program }, 0);
     this.probeControlFailures.inc(0);

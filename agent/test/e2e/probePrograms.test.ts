@@ -14,30 +14,39 @@ import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelReq
 describe("probe programs", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
   for (const variant of PROBE_VARIANTS) {
     it(`${variant}: dry-run compiles with bpftrace -d, also watching execs`, () => {
-      assertKernelRequirements();
-      const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bt-"));
-      try {
-        const file = path.join(dir, `${variant}.bt`);
-        writeFileSync(
-          file,
-          renderProgram(variant, {
-            targets: [1, 4194304],
-            endpoints: ["10.96.0.1:443", "[fd00::1]:6443"].map(parseEndpoint),
-            execWatch: true,
-            unansweredMinBytes: 100,
-          }),
-        );
-        const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20 });
-        assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);
-        const stderr = result.stderr;
-        const warnings = stderr.split("\n").filter((l) => /warning|error/i.test(l) && !/RLIMIT_MEMLOCK|available_filter_functions/.test(l));
-        assert.deepEqual(warnings, []);
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
+      dryRunCompiles(variant, {});
     });
   }
+  it("sockets without its send hook (every target followed per request): dry-run compiles with bpftrace -d", () => {
+    dryRunCompiles("sockets", { requestLevel: [1, 4194304], execWatch: false, sendHook: false });
+  });
 });
+
+/** The program as the agent renders it with `state` compiles with bpftrace -d, without a warning. */
+function dryRunCompiles(variant: (typeof PROBE_VARIANTS)[number], state: { requestLevel?: number[]; execWatch?: boolean; sendHook?: boolean }): void {
+  assertKernelRequirements();
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bt-"));
+  try {
+    const file = path.join(dir, `${variant}.bt`);
+    writeFileSync(
+      file,
+      renderProgram(variant, {
+        targets: [1, 4194304],
+        endpoints: ["10.96.0.1:443", "[fd00::1]:6443"].map(parseEndpoint),
+        execWatch: true,
+        unansweredMinBytes: 100,
+        ...state,
+      }),
+    );
+    const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20 });
+    assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);
+    const stderr = result.stderr;
+    const warnings = stderr.split("\n").filter((l) => /warning|error/i.test(l) && !/RLIMIT_MEMLOCK|available_filter_functions/.test(l));
+    assert.deepEqual(warnings, []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 describe("lostwrite probe and doctor", { skip: skipWithoutKernel(), timeout: 120_000 }, () => {
   const cli = (args: string[]) =>

@@ -12,6 +12,13 @@
 // and one that is never acknowledged is counted and makes /readyz fail.
 // Changes made while bpftrace is not attached wait and are sent, in order,
 // once it is.
+//
+// The socket probe is rendered without its send hook while no target needs
+// it (sendHook.ts); bpftrace cannot add a probe to a running program, so a
+// change that makes it needed (a target on the socket path) restarts the
+// program with it at once. The other way round it is kept until the program
+// restarts anyway: a restart forgets the connections it knew, and without the
+// send hook a connection that predates the program is never learned again.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -23,6 +30,7 @@ import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { recursionMisses } from "./missedRuns.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
+import { sendHookNeed } from "./sendHook.ts";
 
 type Log = Pick<Logger, "info" | "warn" | "warnRateLimited">;
 
@@ -138,6 +146,10 @@ export class BpftraceSupervisor {
   private beatListener: (() => void) | null = null;
   private readonly exited = new WeakSet<ResultPromise>();
   private readonly killedForSilence = new WeakSet<ResultPromise>();
+  /** Stopped to be started again with the send hook (see sendHook.ts). */
+  private readonly stoppedForSendHook = new WeakSet<ResultPromise>();
+  /** Whether the running socket probe has its send hook; null for another program. */
+  private instanceSendHook: boolean | null = null;
   private attachedAt = 0;
   private readonly acks = new Map<number, (acknowledged: boolean) => void>();
   private readyWaiters: { attached: () => void; stopped: () => void }[] = [];
@@ -201,6 +213,7 @@ export class BpftraceSupervisor {
 
   /** Applies a change in the kernel and resolves once the probe confirms it. */
   async addTarget(pid: number): Promise<void> {
+    this.attachSendHookIfNeeded();
     await this.sendConfirmed(encodeControl(ControlOp.addTarget, BigInt(pid)));
   }
 
@@ -219,6 +232,7 @@ export class BpftraceSupervisor {
 
   /** The target's requests are read by the Go probe (true) or no longer (false); see REQUEST-LEVEL TARGETS in the probe. */
   async setRequestLevel(pid: number, on: boolean): Promise<void> {
+    if (!on) this.attachSendHookIfNeeded();
     await this.sendConfirmed(encodeControl(ControlOp.requestLevel, BigInt(pid), 0n, on ? 1n : 0n));
   }
 
@@ -298,12 +312,37 @@ export class BpftraceSupervisor {
     return false;
   }
 
+  /**
+   * Restarts a socket probe rendered without its send hook once the current
+   * state needs it (a message sent meanwhile waits for the new program, which
+   * is rendered with the state it carries anyway).
+   */
+  private attachSendHookIfNeeded(): void {
+    const child = this.child;
+    if (this.instanceSendHook !== false || !child || this.stopping || this.exited.has(child) || this.stoppedForSendHook.has(child)) return;
+    const need = sendHookNeed(this.opts.state());
+    if (!need.needed) return;
+    this.opts.log.info("a target needs the send hook; restarting the socket probe with it", need.why === "target" ? { pid: need.pid } : { why: need.why });
+    this.opts.metrics.probeRestarts.inc({ reason: "send_hook" });
+    this.stoppedForSendHook.add(child);
+    child.kill("SIGINT");
+  }
+
   private spawn(): void {
     this.spawned = true;
     this.missesCounted = 0;
     this.lastTickNs = 0n;
     const other = this.opts.program;
-    const program = other ? other.render() : renderProgram(this.opts.variant, this.opts.state());
+    let program: string;
+    if (other) {
+      program = other.render();
+    } else {
+      const state = this.opts.state();
+      const sendHook = this.opts.variant !== "sockets" || sendHookNeed(state).needed;
+      if (!sendHook && this.instanceSendHook !== false) this.opts.log.info("socket probe without its send hook: every target is followed per request and no rule can add one");
+      this.instanceSendHook = sendHook;
+      program = renderProgram(this.opts.variant, { ...state, sendHook });
+    }
     const file = path.join(this.workDir, "program.bt");
     writeFileSync(file, program);
     const args = other
@@ -400,8 +439,12 @@ export class BpftraceSupervisor {
   }
 
   private setUp(attached: boolean): void {
-    if (this.opts.program) this.opts.program.up(attached);
-    else this.opts.metrics.probeUp.set(attached ? 1 : 0);
+    if (this.opts.program) {
+      this.opts.program.up(attached);
+      return;
+    }
+    this.opts.metrics.probeUp.set(attached ? 1 : 0);
+    this.opts.metrics.probeSendHook.set(attached && this.instanceSendHook ? 1 : 0);
   }
 
   private restarted(reason: ProbeRestartReason): void {
@@ -410,6 +453,9 @@ export class BpftraceSupervisor {
   }
 
   private async checkHeartbeat(): Promise<void> {
+    // A safety net for a change that made the send hook needed without a
+    // message to the probe (a target's Go program gone with its process).
+    this.attachSendHookIfNeeded();
     if (!this.ready || this.stopping || this.askingForBeat) return;
     if (Date.now() - this.lastBeat <= this.opts.heartbeatTimeoutMs) return;
     // Silent ticks do not make a dead program (see countSkippedTicks): where
@@ -473,6 +519,11 @@ export class BpftraceSupervisor {
     for (const resolve of this.acks.values()) resolve(false);
     this.acks.clear();
     if (this.stopping) return;
+    if (this.stoppedForSendHook.has(child)) {
+      // Counted as send_hook when stopped; started again at once.
+      this.restartTimer = setTimeout(() => this.respawn(), 0);
+      return;
+    }
     // A bpftrace the watchdog killed was counted as heartbeat_missed already.
     if (!this.killedForSilence.has(child)) this.restarted("exited");
     // An instance that attached and ran was healthy: something killed it (an
@@ -484,14 +535,16 @@ export class BpftraceSupervisor {
     const delay = restartDelayMs({ healthy, restarts: this.restarts, maxBackoffMs: this.opts.maxBackoffMs });
     if (!healthy) this.restarts++;
     this.opts.log.warn("bpftrace exited; restarting", { program: this.name, code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
-    this.restartTimer = setTimeout(() => {
-      try {
-        this.spawn();
-      } catch (err) {
-        this.restarted("spawn_failed");
-        this.opts.log.warn("bpftrace could not be started", { error: String(err) });
-      }
-    }, delay);
+    this.restartTimer = setTimeout(() => this.respawn(), delay);
+  }
+
+  private respawn(): void {
+    try {
+      this.spawn();
+    } catch (err) {
+      this.restarted("spawn_failed");
+      this.opts.log.warn("bpftrace could not be started", { error: String(err) });
+    }
   }
 
   async stop(): Promise<void> {

@@ -19,6 +19,8 @@ export interface ProbeState {
   execWatch?: boolean;
   /** --unanswered-min-bytes: a close leaving this much unanswered is a loss, and later failed sends on its socket fold into it. */
   unansweredMinBytes?: number;
+  /** false: the sockets program without its send probe (sendHook.ts says when); the syscalls variant has none to leave out. */
+  sendHook?: boolean;
 }
 
 export const TRACEFS_ROOTS = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -160,9 +162,22 @@ export function copyMissedClose(source: string, file: string): string {
   return text;
 }
 
+/** The sockets program's send probe stands between lines starting so (see THE SEND HOOK in its header). */
+const SEND_HOOK = { begin: /^\/\/ @send-hook begin/m, end: /^\/\/ @send-hook end$/m };
+
+/** `source` without the lines from SEND_HOOK.begin to SEND_HOOK.end, both included. */
+function withoutSendHook(source: string, file: string): string {
+  const begin = SEND_HOOK.begin.exec(source)?.index ?? -1;
+  const end = SEND_HOOK.end.exec(source)?.index ?? -1;
+  if (begin < 0 || end < begin) throw new Error(`${file} lacks the "// @send-hook begin" … "// @send-hook end" lines`);
+  return source.slice(0, begin) + source.slice(source.indexOf("\n", end) + 1);
+}
+
 export function renderProgram(variant: ProbeVariant, state: ProbeState): string {
-  const source = copyMissedClose(readFileSync(programPath(variant), "utf8"), programPath(variant));
-  if (!source.includes(MARKER)) throw new Error(`${programPath(variant)} lacks the "${MARKER}" line`);
+  const file = programPath(variant);
+  const template = readFileSync(file, "utf8");
+  const source = copyMissedClose(variant === "sockets" && state.sendHook === false ? withoutSendHook(template, file) : template, file);
+  if (!source.includes(MARKER)) throw new Error(`${file} lacks the "${MARKER}" line`);
   const lines: string[] = [];
   if (state.execWatch) lines.push("@exec_watch = 1;");
   if (state.unansweredMinBytes !== undefined) lines.push(`@unanswered_min = (uint64)${state.unansweredMinBytes};`);

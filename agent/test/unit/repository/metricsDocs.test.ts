@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { execa } from "execa";
 import { z } from "zod";
-import { AgentMetrics, PROBE_RESTART_REASONS, UPROBE_RELOAD_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES, KUBERNETES_WATCHED, KUBERNETES_WATCH_ERRORS } from "../../../src/telemetry/metrics.ts";
+import { AgentMetrics, PROBE_RESTART_REASONS, SOCKET_PROBE_RESTART_REASONS, UPROBE_RELOAD_REASONS, SPAN_REJECT_REASONS, GO_COVERAGES, TARGET_SOURCES, KUBERNETES_WATCHED, KUBERNETES_WATCH_ERRORS } from "../../../src/telemetry/metrics.ts";
 import { DROP_REASONS, DROP_STAGES } from "../../../src/vocabulary/drops.ts";
 import { CONNECTION_LOSS_REASONS, LOSS_CAUSES, NOTICED, REQUESTS, VERDICTS } from "../../../src/vocabulary/causes.ts";
 import { SYSCALL_LABELS } from "../../../src/vocabulary/syscalls.ts";
@@ -87,7 +87,7 @@ const closedSets: { metric: string; label: string; values: readonly string[] }[]
   { metric: "lostwrite_status_write_lost_total", label: "verdict", values: VERDICTS },
   { metric: "lostwrite_apiserver_syscall_errors_total", label: "syscall", values: SYSCALL_LABELS },
   { metric: "lostwrite_apiserver_connection_losses_total", label: "reason", values: CONNECTION_LOSS_REASONS },
-  { metric: "lostwrite_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
+  { metric: "lostwrite_probe_restarts_total", label: "reason", values: SOCKET_PROBE_RESTART_REASONS },
   { metric: "lostwrite_go_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_tls_probe_restarts_total", label: "reason", values: PROBE_RESTART_REASONS },
   { metric: "lostwrite_uprobe_program_reloads_total", label: "reason", values: UPROBE_RELOAD_REASONS },

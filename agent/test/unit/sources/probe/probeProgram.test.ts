@@ -14,6 +14,20 @@ function missedCloseBlocks(program: string): string[] {
 }
 
 describe("renderProgram", { timeout: 10_000 }, () => {
+  it("sockets: leaves the send probe out without the send hook, and keeps every other probe and the target marks", () => {
+    const full = renderProgram("sockets", { targets: [42], requestLevel: [42], endpoints: [parseEndpoint("10.96.0.1:443")] });
+    const base = renderProgram("sockets", { targets: [42], requestLevel: [42], endpoints: [parseEndpoint("10.96.0.1:443")], sendHook: false });
+    const probes = (program: string): string[] => program.match(/^(?:tracepoint:\S+|BEGIN|END|interval:\S+)$/gm) ?? [];
+    assert.ok(probes(full).includes("tracepoint:sock:sock_send_length"));
+    assert.doesNotMatch(base, /^tracepoint:sock:sock_send_length$/m);
+    assert.deepEqual(probes(base), probes(full).filter((p) => p !== "tracepoint:sock:sock_send_length"));
+    assert.match(base, /@targets\[\(uint64\)42\] = 2;/);
+    assert.equal(missedCloseBlocks(base).length, 1, "the MISSED CLOSE block stays in tcp_destroy_sock");
+  });
+  it("syscalls: has no send probe to leave out, and renders the same either way", () => {
+    const state = { targets: [42], endpoints: [parseEndpoint("10.96.0.1:443")] };
+    assert.equal(renderProgram("syscalls", { ...state, sendHook: false }), renderProgram("syscalls", state));
+  });
   for (const variant of PROBE_VARIANTS) {
     it(`${variant}: renders --unanswered-min-bytes after the program's default, so the folding of dead sockets follows the agent's threshold`, () => {
       const program = renderProgram(variant, { targets: [42], endpoints: [parseEndpoint("10.96.0.1:443")], unansweredMinBytes: 100 });
