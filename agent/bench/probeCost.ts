@@ -27,6 +27,11 @@
 //             whose requests its Go probe reads: the target marked
 //             request-level, its successful sends left after one lookup
 //             (bpftrace alone, as the bench's target is no Go binary).
+//             That is a program started before the Go probe followed the
+//             target, which keeps its send probe.
+//   goNoHook  the same, rendered as the agent starts it when every target
+//             is followed per request and no rule can add one: without the
+//             send probe, so nothing runs on sock_send_length.
 //   tlsFollowed  the agent, sockets, and beside it the TLS program it runs
 //             for a target on OpenSSL (on the system's libssl, following
 //             the target): the second program on sock_send_length every
@@ -167,7 +172,14 @@ const CONFIGURATIONS: Configuration[] = [
     label: "sockets: Go target",
     what: "the agent's sockets program with the target marked as its Go probe marks a Go operator's (its successful sends left alone)",
     needs: ["bpftool"],
-    start: (targetPid, apiserver) => startRequestLevelProbe(targetPid, apiserver),
+    start: (targetPid, apiserver) => startRequestLevelProbe(targetPid, apiserver, true),
+  },
+  {
+    key: "goNoHook",
+    label: "sockets: Go target, no hook",
+    what: "the agent's sockets program as rendered when every target is followed per request and no rule can add one: without its send probe",
+    needs: ["bpftool"],
+    start: (targetPid, apiserver) => startRequestLevelProbe(targetPid, apiserver, false),
   },
   {
     key: "tlsFollowed",

@@ -8,6 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseEndpoint } from "../src/sources/probe/endpointKey.ts";
 import { bpftraceEnv, renderProgram, REQUIRED_TRACEPOINTS } from "../src/sources/probe/probeProgram.ts";
+import { sendHookNeed } from "../src/sources/probe/sendHook.ts";
 import { renderTlsProgram } from "../src/sources/tls/tlsProbeProgram.ts";
 import { cpuSeconds, liveComm, sleep } from "./agentRun.ts";
 
@@ -123,13 +124,20 @@ export async function startProgram(program: string, probes: string[]): Promise<T
  * TARGETS in probes/apiserver_sockets.bt), run by bpftrace alone: the bench's
  * target is no Go binary, so the agent would not mark it itself. What a Go
  * operator's sends cost; the agent's user space does nothing per send.
+ * `sendHook`: with the send probe, as a program started before the Go probe
+ * followed the target keeps it; without, as the agent renders it when no
+ * target needs it (sendHook.ts decides, as in the agent, for this state:
+ * targets by pid only, every one followed).
  */
-export async function startRequestLevelProbe(targetPid: number, apiserver: string): Promise<ToolRun> {
+export async function startRequestLevelProbe(targetPid: number, apiserver: string, sendHook: boolean): Promise<ToolRun> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-bench-"));
   const file = path.join(dir, "sockets.bt");
-  writeFileSync(file, renderProgram("sockets", { targets: [targetPid], requestLevel: [targetPid], endpoints: [parseEndpoint(apiserver)] }));
+  const state = { targets: [targetPid], requestLevel: [targetPid], endpoints: [parseEndpoint(apiserver)], execWatch: false };
+  if (!sendHook && sendHookNeed(state).needed) throw new Error("the agent would keep the send hook for this state");
+  writeFileSync(file, renderProgram("sockets", { ...state, sendHook }));
+  const tracepoints = REQUIRED_TRACEPOINTS.sockets.map((t) => t.replace("/", ":")).filter((t) => sendHook || t !== "sock:sock_send_length");
   // AGENT_PID 0: no control channel, the state is all rendered.
-  const run = await runBpftrace([file, "0", "0"], [...REQUIRED_TRACEPOINTS.sockets.map((t) => t.replace("/", ":"))], `bpftrace ${file}`, bpftraceEnv());
+  const run = await runBpftrace([file, "0", "0"], tracepoints, `bpftrace ${file}`, bpftraceEnv());
   return {
     ...run,
     stop: async () => {
