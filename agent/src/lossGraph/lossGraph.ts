@@ -288,8 +288,8 @@ export class LossGraph {
       },
       ...(requestLevelSends
         ? {
-            // One write of a process whose sends the kernel leaves alone.
-            onRequest: (request) => metrics.writes.inc(workloadLabels(this.#processIdentity(request.pid))),
+            // Writes of a process whose sends the kernel leaves alone.
+            onRequests: (pid: number, count: number) => metrics.writes.inc(workloadLabels(this.#processIdentity(pid)), count),
             // A connection closed cleanly with requests unanswered.
             onConnectionLoss: (pid: number, reason: ConnectionLossReason) => recordConnectionLoss(metrics, workloadLabels(this.#processIdentity(pid)), reason),
           }

@@ -31,13 +31,17 @@
 // this path follows wait in the same order and are dropped (all but failed
 // connects, which no request line describes): one lost request, one event.
 //
-// A request's path is mostly held in the kernel while it is in flight
-// (go_http2.bt, IN FLIGHT): its go_path lines come right before the line
-// that ends it (an answer that is no 2xx, or a 2xx a rejection may be
-// waiting for; a reset, a GOAWAY, the connection's end, an abort), and are
-// kept by stream until its request is taken. A 2xx answer printed without
-// them leaves the request's path empty: nothing waits for it, and it is no
-// status write to report.
+// A request is mostly held in the kernel while it is in flight
+// (go_http2.bt, IN FLIGHT), and a request answered 2xx that nothing waits
+// for is never printed: its go_request line (PATH_NOW 3, with the time it
+// went out) and path come right before the line that needs it (an answer
+// that is no 2xx, or a 2xx a rejection may be waiting for; a reset, a
+// GOAWAY, the connection's end, an abort). Such a request's peer is its
+// process's (go_peer), and the kernel counts it (@go_sent, go_sent): it is
+// counted from those, not from its line. Recordings of format 4 printed
+// every request's line at once (PATH_NOW 0) and its path, if needed, before
+// the line that ended it: those path pieces are kept by stream until their
+// request is taken.
 import { BoundedMap } from "../../boundedMap.ts";
 import { isRejectedStatus } from "../../correlate/spanVerdict.ts";
 import { formatHostPort, splitHostPort } from "../../hostPort.ts";
@@ -48,10 +52,16 @@ import { PATH_PART_BYTES, PATH_PARTS } from "./goProbeProgram.ts";
 import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
 import { HTTP2_ERROR_CODE } from "../../vocabulary/http2ErrorCodes.ts";
 
+/** The kernel's counts of the requests it kept, per pid (the @go_sent map, printed at the tick when it changed). */
+export type GoSentCounts = { type: "counters"; map: "goSent"; entries: { key: number[]; value: bigint }[] };
+
 export type GoRecord =
   | PrintfRecordOf<"go_request">
   | PrintfRecordOf<"go_path">
-  | PrintfRecordOf<"go_headers">
+  | PrintfRecordOf<"go_peer">
+  | PrintfRecordOf<"go_sent">
+  | GoSentCounts
+  | PrintfRecordOf<"go_status">
   | PrintfRecordOf<"go_reset">
   | PrintfRecordOf<"go_goaway">
   | PrintfRecordOf<"go_conn_closed">
@@ -60,12 +70,12 @@ export type GoRecord =
 /** The go_* kinds of the Go family's line table (its hello and tick are the supervisor's). */
 const GO_KINDS = new Set<string>(Object.keys(PROBE_FAMILIES.goHttp2).filter((kind) => kind.startsWith("go_")));
 
-export function isGoRecord(record: { type: string }): record is GoRecord {
-  return GO_KINDS.has(record.type);
+export function isGoRecord(record: { type: string; map?: string }): record is GoRecord {
+  return GO_KINDS.has(record.type) || (record.type === "counters" && record.map === "goSent");
 }
 
 /** A request as the Go probe saw it written. */
-export interface GoRequest {
+interface GoRequest {
   pid: number;
   tid: number;
   conn: bigint;
@@ -94,8 +104,8 @@ export interface GoRequestsOptions {
   /** The requests of this pid are read from now on (true), or no longer (false). */
   /** `atNs`: since when the program follows the pid (attached), or when it stopped. */
   onAttached?: (pid: number, attached: boolean, atNs: bigint) => void;
-  /** A request to an apiserver was written, of any method: the write count of a process this path follows. */
-  onRequest?: (request: GoRequest) => void;
+  /** `count` requests to an apiserver were written by `pid`, of any method: the write count of a process this path follows. */
+  onRequests?: (pid: number, count: number) => void;
   /**
    * A connection ended with requests unanswered, closed by the apiserver's
    * FIN or by the client: lostwrite_apiserver_connection_losses_total's
@@ -119,10 +129,16 @@ export interface GoRequestsOptions {
 }
 
 type Queued = { ts: bigint } & (
-  | { kind: "go"; record: Exclude<GoRecord, PrintfRecordOf<"go_path">>; request?: GoRequest }
+  | { kind: "go"; record: QueuedGoRecord; request?: PrintedRequest }
   | { kind: "socket"; event: SocketEvent; identity: ProcessIdentity }
   | { kind: "detached"; pid: number; until: bigint }
 );
+
+/** A request as its go_request line printed it; `late`: from the kernel's in-flight map, which counted it. */
+type PrintedRequest = GoRequest & { late: boolean };
+
+/** The lines applied in kernel-time order: the rest (path pieces, peers, counts) are taken as they come. */
+type QueuedGoRecord = Exclude<GoRecord, PrintfRecordOf<"go_path"> | PrintfRecordOf<"go_peer"> | PrintfRecordOf<"go_sent"> | GoSentCounts>;
 
 interface Assembling {
   record: PrintfRecordOf<"go_request">;
@@ -141,6 +157,9 @@ interface Conn {
 
 /** go_request's pathNow when the program's in-flight map could not take the request (go_http2.bt). */
 const PATH_NOW_MAP_FULL = 2;
+
+/** go_request's pathNow when the request was printed late from the kernel's in-flight map, which counted it; its peer is its process's go_peer. */
+const PATH_NOW_LATE = 3;
 
 /** How long past the hold and an abort's grace late path pieces of a request not followed are kept: well past the live clock's idle tick (1 s). */
 const LATE_PATH_KEEP_NS = 10_000_000_000n;
@@ -180,6 +199,12 @@ export class GoRequests {
    * loss is this path's when its pid was followed at the time.
    */
   readonly #attached = new Map<number, { since: bigint; until: bigint | null }>();
+  /**
+   * pid → what the kernel counted of its requests (@go_sent): its process's
+   * peer (go_peer), the count seen last and the part of it counted; past
+   * capacity the oldest is dropped, counted.
+   */
+  readonly #kernelCounts: BoundedMap<number, { peer: string | null; seen: bigint; counted: bigint; exited: boolean }>;
   #followed = 0;
   #onQueued: () => void = () => {};
 
@@ -189,13 +214,14 @@ export class GoRequests {
       abortGraceNs: 100_000_000n,
       capacity: 65_536,
       onAttached: () => {},
-      onRequest: () => {},
+      onRequests: () => {},
       onConnectionLoss: () => {},
       onKernelInflightFull: () => {},
       ...opts,
     };
     this.#assembling = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
     this.#latePaths = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
+    this.#kernelCounts = new BoundedMap(this.#o.capacity, () => this.#o.onDrop("capacity"));
   }
 
   /**
@@ -247,6 +273,12 @@ export class GoRequests {
 
   /** A line of a Go program. */
   add(record: GoRecord): void {
+    if (record.type === "go_peer") return this.#countKernel(record.pid, { peer: formatHostPort(record.addr, record.port) });
+    if (record.type === "counters") {
+      for (const { key, value } of record.entries) if (key.length === 1) this.#countKernel(key[0]!, { seen: value });
+      return;
+    }
+    if (record.type === "go_sent") return this.#countKernel(record.pid, { seen: record.sent, exited: true });
     if (record.type === "go_request") {
       if (record.pathNow === PATH_NOW_MAP_FULL) this.#o.onKernelInflightFull();
       if (record.pathNow === 0) {
@@ -377,7 +409,7 @@ export class GoRequests {
       case "go_request":
         if (entry.request !== undefined) this.#follow(entry.request);
         return;
-      case "go_headers":
+      case "go_status":
         return this.#answered(record);
       case "go_reset": {
         const request = this.#take(connKey(record.pid, record.conn), record.streamId);
@@ -428,11 +460,13 @@ export class GoRequests {
     }
   }
 
-  #follow(request: GoRequest): void {
+  #follow(printed: PrintedRequest): void {
+    const { late, ...request } = printed;
+    // Printed late, its peer is its process's (go_peer), and the kernel counted it.
+    if (late) request.peer = this.#kernelCounts.get(request.pid)?.peer ?? null;
     // Without a peer there is no telling an apiserver from any other server.
-    const peer = request.peer === null ? null : splitHostPort(request.peer);
-    if (peer === null || !this.#o.isApiserver(peer.host, peer.port)) return;
-    this.#o.onRequest(request);
+    if (!this.#isApiserver(request.peer)) return;
+    if (!late) this.#o.onRequests(request.pid, 1);
     if (this.#followed >= this.#o.capacity) {
       this.#o.onDrop("capacity");
       return;
@@ -447,6 +481,35 @@ export class GoRequests {
     if (replaced !== undefined) this.#take(key, request.streamId);
     conn.streams.set(request.streamId, request);
     this.#followed++;
+  }
+
+  #isApiserver(peer: string | null): boolean {
+    const hostPort = peer === null ? null : splitHostPort(peer);
+    return hostPort !== null && this.#o.isApiserver(hostPort.host, hostPort.port);
+  }
+
+  /**
+   * What the kernel counted of `pid`'s requests: its peer, a cumulative count
+   * (@go_sent, or go_sent when it exited). The growth is counted once the
+   * peer is known (the lines come from per-CPU buffers, so a count may come
+   * before it); an exited process's entry goes once counted.
+   */
+  #countKernel(pid: number, update: { peer?: string; seen?: bigint; exited?: boolean }): void {
+    let entry = this.#kernelCounts.get(pid);
+    if (entry === undefined) {
+      entry = { peer: null, seen: 0n, counted: 0n, exited: false };
+      this.#kernelCounts.set(pid, entry);
+    }
+    if (update.peer !== undefined) entry.peer = update.peer;
+    if (update.exited === true) entry.exited = true;
+    // Cumulative: an older count printed late says nothing new.
+    if (update.seen !== undefined && update.seen > entry.seen) entry.seen = update.seen;
+    if (entry.peer === null) return;
+    if (entry.seen > entry.counted) {
+      if (this.#isApiserver(entry.peer)) this.#o.onRequests(pid, Number(entry.seen - entry.counted));
+      entry.counted = entry.seen;
+    }
+    if (entry.exited) this.#kernelCounts.delete(pid);
   }
 
   /** A request followed no more, with its path when the kernel held it and printed it since. */
@@ -464,10 +527,9 @@ export class GoRequests {
     return { ...request, path: pathOf(late.parts) };
   }
 
-  #answered(record: PrintfRecordOf<"go_headers">): void {
-    if (record.name !== ":status") return; // trailers, or a frame of a stream not followed
-    const code = Number(record.value);
-    if (!Number.isInteger(code) || (code >= 100 && code < 200)) return; // informational: the answer is still to come
+  #answered(record: PrintfRecordOf<"go_status">): void {
+    const code = record.status;
+    if (code >= 100 && code < 200) return; // informational: the answer is still to come
     const request = this.#take(connKey(record.pid, record.conn), record.streamId);
     if (request === undefined) return;
     if (!isStatusWrite(request.method, request.path)) return;
@@ -534,8 +596,9 @@ function pathOf(parts: PathPart[]): string {
   return path;
 }
 
-function requestOf({ record, parts }: Assembling): GoRequest {
+function requestOf({ record, parts }: Assembling): PrintedRequest {
   return {
+    late: record.pathNow === PATH_NOW_LATE,
     pid: record.pid,
     tid: record.tid,
     conn: record.conn,

@@ -60,17 +60,23 @@ export const PROBE_FAMILIES = {
     hello: HELLO,
     follow: FOLLOW,
     unfollow: UNFOLLOW,
-    // A request got its stream: conn and stream are Go's *ClientConn and
-    // *clientStream (addresses, the keys of everything after), port and addr
-    // the connection's peer read through its file descriptor. pathNow: 0, the
-    // request is held in the kernel and its path comes only before a line
-    // that needs it (go_http2.bt, IN FLIGHT); 1 or 2, its path follows at once.
+    // A request's HEADERS went out (ts): conn and stream are Go's *ClientConn
+    // and *clientStream (addresses, the keys of everything after), port and
+    // addr the connection's peer read through its file descriptor. pathNow:
+    // 3, printed late from the kernel's in-flight map, which counted it, and
+    // its peer is its process's go_peer (port 0, addr "go_peer"); 1 or 2,
+    // printed as it went out (go_http2.bt, IN FLIGHT). Its go_path lines
+    // follow. (0: record format 4, its path came before the line that needed it.)
     go_request: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64", streamId: "int", pathLen: "int", pathNow: "int", method: "word", port: "int", addr: "word" },
     // One piece of a request's URL path (long paths come in several): right
-    // after its go_request, or right before the line its death or answer prints.
+    // after its go_request (format 4: also right before the line its death or answer printed).
     go_path: { pid: "int", stream: "u64", offset: "int", part: "rest" },
-    // Response headers: name and value of the first field, :status for a response.
-    go_headers: { ts: "u64", pid: "int", conn: "u64", streamId: "int", name: "word", value: "word" },
+    // The peer of the process's first request kept in the kernel, whose requests @go_sent counts.
+    go_peer: { ts: "u64", pid: "int", port: "int", addr: "word" },
+    // The process exited: its last count of requests kept in the kernel (the @go_sent map between).
+    go_sent: { ts: "u64", pid: "int", sent: "u64" },
+    // A response's :status (format 4's go_headers lines, `:status N`, are read as these).
+    go_status: { ts: "u64", pid: "int", conn: "u64", streamId: "int", status: "int" },
     go_reset: { ts: "u64", pid: "int", conn: "u64", streamId: "int", code: "int" },
     go_goaway: { ts: "u64", pid: "int", conn: "u64", lastStreamId: "int", code: "int" },
     // The connection's read loop ended; state is its TCP state then (7 CLOSE, 8 CLOSE_WAIT; 0 unreadable).

@@ -7,7 +7,7 @@ import { isPrintfKind, parsePrintfFields, type PrintfRecord } from "./probeLines
 
 export const MAX_LINE_BYTES = 4 * 1024 * 1024;
 
-export type CounterMap = "writes" | "bytes" | "transient" | "failedSends" | "retransmits";
+export type CounterMap = "writes" | "bytes" | "transient" | "failedSends" | "retransmits" | "goSent";
 
 /**
  * One line of bpftrace output. The printf lines (hello, exec, send, connect,
@@ -39,6 +39,8 @@ const COUNTER_MAPS: Record<string, CounterMap> = {
   "@transient": "transient",
   "@failed_sends": "failedSends",
   "@retransmits": "retransmits",
+  // A Go program's requests kept in the kernel, per pid (go_http2.bt, IN FLIGHT).
+  "@go_sent": "goSent",
 };
 
 /** JSON.parse that keeps integers beyond 2^53 exact (cumulative byte counters). */

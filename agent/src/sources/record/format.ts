@@ -29,11 +29,17 @@
 // Version 4 added PATH_NOW to the Go program's go_request lines (whether the
 // path follows at once or stays in the kernel); an older file's are read
 // with PATH_NOW 1, as their paths did follow at once (upgradeGoProbeLine).
+// Version 5: a Go request answered 2xx that nothing waits for prints no line
+// (the kernel counts it: go_peer, go_sent and the @go_sent map; PATH_NOW 3
+// lines come late, right before the line that needs them) and an answer is
+// a go_status line; an older file's `go_headers … :status N` lines are read
+// as `go_status … N`, its other go_headers lines (trailers, which the agent
+// never used) as they are, and go no further than the parser.
 import { z } from "zod";
 
-export const RECORD_FORMAT_VERSION = 4;
+export const RECORD_FORMAT_VERSION = 5;
 /** The versions a reader takes: older versions' lines are upgraded as they are read. */
-export const READABLE_FORMAT_VERSIONS = [1, 2, 3, 4] as const;
+export const READABLE_FORMAT_VERSIONS = [1, 2, 3, 4, 5] as const;
 const RECORD_KINDS = ["header", "probe", "spans", "clock", "goProbe", "goAttached", "tlsProbe", "tlsAttached", "target"] as const;
 
 export interface HeaderRecord {
@@ -301,12 +307,28 @@ export function upgradeProbeLine(line: string): string {
 }
 
 /**
- * A Go program's line of a version 1 to 3 recording in version 4's shape:
- * PATH_NOW 1 (its path lines follow) before the method of go_request lines;
- * other lines as they are.
+ * A Go program's line of a version 1 to 4 recording in version 5's shape:
+ * PATH_NOW 1 (its path lines follow) before the method of go_request lines
+ * of versions 1 to 3; a go_headers line with :status as the go_status line
+ * of that status; other lines as they are.
  */
-export function upgradeGoProbeLine(line: string): string {
-  return insertField(line, V3_FIELDS_BEFORE_METHOD, "1");
+export function upgradeGoProbeLine(line: string, version: number): string {
+  return statusLine(version < 4 ? insertField(line, V3_FIELDS_BEFORE_METHOD, "1") : line);
+}
+
+/** `go_headers TS PID CONN STREAM_ID :status N` as `go_status TS PID CONN STREAM_ID N`; any other line as it is. */
+function statusLine(line: string): string {
+  let json: { type?: unknown; data?: unknown };
+  try {
+    json = JSON.parse(line) as typeof json;
+  } catch {
+    return line; // the parser reports it
+  }
+  if (json.type !== "printf" || typeof json.data !== "string") return line;
+  const words = json.data.replace(/\n$/, "").split(" ");
+  if (words[0] !== "go_headers" || words.length !== 7 || words[5] !== ":status") return line;
+  const data = ["go_status", ...words.slice(1, 5), words[6]].join(" ");
+  return JSON.stringify({ type: "printf", data: `${data}\n` });
 }
 
 /** `value` inserted as a printf line's field after the `before[kind]` fields of its kind; other lines as they are. */

@@ -61,7 +61,7 @@ export async function openRecordReader(path: string, opts: RecordReaderOptions =
       if (!result.ok) bad(number, result.error);
       else if (result.record.kind === "header") bad(number, "a second header; the header belongs on line 1 only");
       else if (header.version === 1 && result.record.kind === "probe") yield { ...result.record, line: upgradeProbeLine(result.record.line) };
-      else if (header.version < 4 && result.record.kind === "goProbe") yield { ...result.record, line: upgradeGoProbeLine(result.record.line) };
+      else if (header.version < 5 && result.record.kind === "goProbe") yield { ...result.record, line: upgradeGoProbeLine(result.record.line, header.version) };
       else yield result.record;
     }
   }

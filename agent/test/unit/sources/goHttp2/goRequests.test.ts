@@ -9,7 +9,7 @@ const CONN = 0xc000182000n;
 const STATUS_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets/w1/status";
 const WATCH_PATH = "/apis/demo.lostwrite.dev/v1/namespaces/default/widgets";
 
-function harness(opts: Partial<Pick<GoRequestsOptions, "capacity" | "onRequest" | "onConnectionLoss" | "onAttached" | "onKernelInflightFull">> = {}) {
+function harness(opts: Partial<Pick<GoRequestsOptions, "capacity" | "onRequests" | "onConnectionLoss" | "onAttached" | "onKernelInflightFull">> = {}) {
   const losses: SocketEvent[] = [];
   const retries: { event: SocketEvent; code: RetryCode }[] = [];
   const forwarded: SocketEvent[] = [];
@@ -43,14 +43,19 @@ function held(ts: bigint, streamId: number, method: string, path: string, peer =
   return { type: "go_request", ts, pid: PID, tid: PID + 1, conn: CONN, stream: 0xc0000f0000n + BigInt(streamId), streamId, pathLen: path.length, pathNow: 0, method, ...peer };
 }
 
+/** A request the kernel kept, printed late (PATH_NOW 3) right before the line that needs it: its peer is its process's go_peer. */
+function kept(ts: bigint, streamId: number, method: string, path: string): GoRecord[] {
+  return request(ts, streamId, method, path, { port: 0, addr: "go_peer" }).map((line) => (line.type === "go_request" ? { ...line, pathNow: 3 } : line));
+}
+
+const peer = (pid: number, port: number, addr: string): GoRecord => ({ type: "go_peer", ts: 0n, pid, port, addr });
+
 /** A held request's path pieces, as the probe prints them right before the line that needs them. */
 function late(streamId: number, path: string): GoRecord[] {
   return request(0n, streamId, "", path).filter((line) => line.type === "go_path");
 }
 
-const headers = (ts: bigint, streamId: number, status: number): GoRecord => ({
-  type: "go_headers", ts, pid: PID, conn: CONN, streamId, name: ":status", value: String(status),
-});
+const headers = (ts: bigint, streamId: number, status: number): GoRecord => ({ type: "go_status", ts, pid: PID, conn: CONN, streamId, status });
 const closed = (ts: bigint, state: number): GoRecord => ({ type: "go_conn_closed", ts, pid: PID, conn: CONN, state, port: 443, addr: "10.96.0.1" });
 const abort = (ts: bigint, streamId: number): GoRecord => ({ type: "go_abort", ts, pid: PID, tid: PID, conn: CONN, streamId, code: 8 }); // CANCEL
 
@@ -321,14 +326,45 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
 
   it("counts every request to an apiserver, of any method: the writes of a process whose sends the kernel leaves alone", () => {
     const requests: string[] = [];
-    const { go } = harness({ onRequest: (r) => requests.push(`${r.method} ${r.streamId}`) });
+    const { go } = harness({ onRequests: (pid, count) => requests.push(`${pid} ${count}`) });
     feed(go, [
       ...request(1n * MS, 1, "GET", `${WATCH_PATH}?watch=1`),
       ...request(2n * MS, 3, "PATCH", STATUS_PATH),
       ...request(3n * MS, 5, "PUT", STATUS_PATH, { port: 443, addr: "10.1.2.3" }),
     ]);
     go.drain(1000n * MS);
-    assert.deepEqual(requests, ["GET 1", "PATCH 3"]);
+    assert.deepEqual(requests, [`${PID} 1`, `${PID} 1`]);
+  });
+
+  it("counts what the kernel counted of the requests it kept, once each, only once their peer is known to be an apiserver", () => {
+    const counted: number[] = [];
+    const { go } = harness({ onRequests: (_pid, count) => counted.push(count) });
+    const counts = (entries: [number, bigint][]): GoRecord => ({ type: "counters", map: "goSent", entries: entries.map(([pid, value]) => ({ key: [pid], value })) });
+    // A count before its peer (another CPU's buffer): waits for it.
+    go.add(counts([[PID, 3n]]));
+    assert.deepEqual(counted, []);
+    go.add(peer(PID, 443, "10.96.0.1"));
+    go.add(counts([[PID, 3n]])); // printed again unchanged: nothing new
+    go.add(counts([[PID, 7n]]));
+    go.add(counts([[PID, 5n]])); // an older count read late: nothing new
+    // Another process, whose peer is no apiserver: never counted.
+    go.add(peer(PID + 1, 8443, "10.0.0.9"));
+    go.add(counts([[PID + 1, 40n]]));
+    // The process exits: its last count, then a new process of the same pid counts from 0.
+    go.add({ type: "go_sent", ts: 9n * MS, pid: PID, sent: 9n });
+    go.add(peer(PID, 443, "10.96.0.1"));
+    go.add(counts([[PID, 2n]]));
+    assert.deepEqual(counted, [3, 4, 2, 2], "9 requests of the first process, 2 of the second");
+  });
+
+  it("a request the kernel printed late is judged with its process's peer, and not counted again", () => {
+    const counted: number[] = [];
+    const { go, losses } = harness({ onRequests: (_pid, count) => counted.push(count) });
+    go.add(peer(PID, 443, "10.96.0.1"));
+    feed(go, [...kept(5n * MS, 3, "PATCH", STATUS_PATH), closed(9n * MS, 7)]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses.map((e) => [e.cause, e.apiserver, e.request?.path, e.unansweredForMs]), [["connection_reset", "10.96.0.1:443", STATUS_PATH, 4]]);
+    assert.deepEqual(counted, [], "the kernel counted it");
   });
 
   it("tells a clean close with requests unanswered, by who closed; a reset, a timeout or nothing unanswered is not its to count", () => {

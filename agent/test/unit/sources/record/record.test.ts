@@ -2,6 +2,7 @@
 // byte, the reader reads them back, and a damaged file is read around its bad
 // records with errors naming the line, the key and the value.
 import assert from "node:assert/strict";
+import { parseProbeLine } from "../../../../src/sources/probe/probeOutput.ts";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,7 +20,7 @@ const SPANS_BODY = Buffer.from("0a00ff102273746174757320e29c93", "hex"); // bina
 const SESSION_HEADER = {
   kind: "header",
   t: 8150000000000n,
-  version: 4,
+  version: 5,
   node: "n1",
   clockOffsetNs: 1796215694123456789n,
   recordedAt: "2026-12-02T15:04:05.123456Z",
@@ -134,7 +135,7 @@ void describe("record reader", () => {
   void it("reads a version 1 file with SK 0 in its send and close lines, and every other line as it is", async () => {
     const path = join(dir, "v1.jsonl");
     const lines = (await readFile(join(fixtures, "session.jsonl"), "utf8"))
-      .replace('"version":4,', '"version":1,')
+      .replace('"version":5,', '"version":1,')
       .replace(/,"sender":\{[^}]*\}/, "")
       .replaceAll(" 18446612685456223808 python3", " python3");
     await writeFile(path, lines);
@@ -154,7 +155,7 @@ void describe("record reader", () => {
     const path = join(dir, "v3.jsonl");
     const request = "go_request 8151000000000 4242 4243 824635023360 824634818560 3 62 PATCH 6443 127.0.0.1";
     const goLine = (data: string): string => JSON.stringify({ type: "printf", data: `${data}\n` });
-    const header = (await readFile(join(fixtures, "session.jsonl"), "utf8")).split("\n")[0]!.replace('"version":4,', '"version":3,');
+    const header = (await readFile(join(fixtures, "session.jsonl"), "utf8")).split("\n")[0]!.replace('"version":5,', '"version":3,');
     const records = [
       { t: "8151000000010", kind: "goProbe", line: goLine(request) },
       { t: "8151000000011", kind: "goProbe", line: goLine("go_path 4242 824634818560 0 /apis/demo.lostwrite.dev/v1/namespaces/ns/widgets/w9/status") },
@@ -164,6 +165,23 @@ void describe("record reader", () => {
     assert.equal(reader.header.version, 3);
     const lines = (await collect(reader.records())).map((r) => (r.kind === "goProbe" ? r.line : r.kind));
     assert.deepEqual(lines, [goLine(request.replace(" 62 PATCH", " 62 1 PATCH")), records[1]!.line]);
+  });
+
+  void it("reads a version 4 file's go_headers :status lines as go_status lines, which the agent parses, and every other line as it is", async () => {
+    const path = join(dir, "v4.jsonl");
+    const goLine = (data: string): string => JSON.stringify({ type: "printf", data: `${data}\n` });
+    const header = (await readFile(join(fixtures, "session.jsonl"), "utf8")).split("\n")[0]!.replace('"version":5,', '"version":4,');
+    const records = [
+      { t: "8151000000010", kind: "goProbe", line: goLine("go_headers 8151000000000 4242 824635023360 3 :status 409") },
+      { t: "8151000000011", kind: "goProbe", line: goLine("go_headers 8151000000001 4242 824635023360 5 grpc-status 0") },
+      { t: "8151000000012", kind: "goProbe", line: goLine("go_request 8151000000002 4242 4243 824635023360 824634818560 7 62 0 PATCH 6443 127.0.0.1") },
+    ];
+    await writeFile(path, [header, ...records.map((r) => JSON.stringify(r))].join("\n") + "\n");
+    const reader = await openRecordReader(path);
+    const lines = (await collect(reader.records())).map((r) => (r.kind === "goProbe" ? r.line : r.kind));
+    assert.deepEqual(lines, [goLine("go_status 8151000000000 4242 824635023360 3 409"), records[1]!.line, records[2]!.line]);
+    const parsed = parseProbeLine(lines[0]!);
+    assert.ok(parsed.ok && parsed.record.type === "go_status" && parsed.record.status === 409, lines[0]);
   });
 
   void it("skips bad records with the line, the key and the value, and keeps the good ones", async () => {
@@ -196,9 +214,9 @@ void describe("record reader", () => {
     const future = join(dir, "future.jsonl");
     await writeFile(
       future,
-      '{"t":"1","kind":"header","version":5,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
+      '{"t":"1","kind":"header","version":6,"node":"n","clockOffsetNs":"0","recordedAt":"2026-12-02T15:04:05Z","agent":{"version":"9","config":{}}}\n',
     );
-    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1 or 2 or 3 or 4, got 5/);
+    await assert.rejects(openRecordReader(future), /future\.jsonl:1: .*key "version": want format version 1 or 2 or 3 or 4 or 5, got 6/);
 
     const empty = join(dir, "empty.jsonl");
     await writeFile(empty, "");
