@@ -236,6 +236,8 @@ export class GoRequests {
     if (attached === (followed !== undefined && followed.until === null)) return;
     if (attached) {
       this.#attached.set(pid, { since: atNs ?? 0n, until: null });
+      // A program (a new one, after a crash) counts the pid's requests from 0, and prints its peer anew.
+      this.#kernelCounts.delete(pid);
     } else if (atNs !== undefined) {
       followed!.until = atNs;
       this.#enqueue({ ts: atNs, kind: "detached", pid, until: atNs });

@@ -357,6 +357,18 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(counted, [3, 4, 2, 2], "9 requests of the first process, 2 of the second");
   });
 
+  it("counts from 0 again when a new program follows the process (its program crashed and restarted)", () => {
+    const counted: number[] = [];
+    const { go } = harness({ onRequests: (_pid, count) => counted.push(count) });
+    const counts = (value: bigint): GoRecord => ({ type: "counters", map: "goSent", entries: [{ key: [PID], value }] });
+    go.setAttached(PID, true, 1n * MS);
+    feed(go, [peer(PID, 443, "10.96.0.1"), counts(10n)]);
+    go.setAttached(PID, false, 2n * MS);
+    go.setAttached(PID, true, 3n * MS);
+    feed(go, [peer(PID, 443, "10.96.0.1"), counts(4n)]);
+    assert.deepEqual(counted, [10, 4]);
+  });
+
   it("a request the kernel printed late is judged with its process's peer, and not counted again", () => {
     const counted: number[] = [];
     const { go, losses } = harness({ onRequests: (_pid, count) => counted.push(count) });
