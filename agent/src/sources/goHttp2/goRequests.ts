@@ -236,8 +236,6 @@ export class GoRequests {
     if (attached === (followed !== undefined && followed.until === null)) return;
     if (attached) {
       this.#attached.set(pid, { since: atNs ?? 0n, until: null });
-      // A program (a new one, after a crash) counts the pid's requests from 0, and prints its peer anew.
-      this.#kernelCounts.delete(pid);
     } else if (atNs !== undefined) {
       followed!.until = atNs;
       this.#enqueue({ ts: atNs, kind: "detached", pid, until: atNs });
@@ -307,7 +305,10 @@ export class GoRequests {
       assembling.parts.push({ offset: record.offset, text: record.part });
       if (assembling.parts.length < assembling.expected) return;
       this.#assembling.delete(key);
-      this.#enqueue({ ts: assembling.record.ts, kind: "go", record: assembling.record, request: requestOf(assembling) });
+      const request = requestOf(assembling);
+      // Its peer now: the process's exit (go_sent), which may come before the request is applied, lets its peer go.
+      if (request.late) request.peer = this.#kernelCounts.get(request.pid)?.peer ?? null;
+      this.#enqueue({ ts: assembling.record.ts, kind: "go", record: assembling.record, request });
       return;
     }
     this.#enqueue({ ts: record.ts, kind: "go", record });
@@ -464,8 +465,8 @@ export class GoRequests {
 
   #follow(printed: PrintedRequest): void {
     const { late, ...request } = printed;
-    // Printed late, its peer is its process's (go_peer), and the kernel counted it.
-    if (late) request.peer = this.#kernelCounts.get(request.pid)?.peer ?? null;
+    // Printed late, its peer is its process's (go_peer, taken when it came, else now), and the kernel counted it.
+    if (late && request.peer === null) request.peer = this.#kernelCounts.get(request.pid)?.peer ?? null;
     // Without a peer there is no telling an apiserver from any other server.
     if (!this.#isApiserver(request.peer)) return;
     if (!late) this.#o.onRequests(request.pid, 1);
@@ -504,8 +505,13 @@ export class GoRequests {
     }
     if (update.peer !== undefined) entry.peer = update.peer;
     if (update.exited === true) entry.exited = true;
-    // Cumulative: an older count printed late says nothing new.
-    if (update.seen !== undefined && update.seen > entry.seen) entry.seen = update.seen;
+    if (update.seen !== undefined) {
+      // Cumulative, and read from the map as bpftrace prints it: it never goes
+      // back within one program. Lower, it is a new program's (its
+      // predecessor crashed), which counts from 0.
+      if (update.seen < entry.seen) entry.counted = 0n;
+      entry.seen = update.seen;
+    }
     if (entry.peer === null) return;
     if (entry.seen > entry.counted) {
       if (this.#isApiserver(entry.peer)) this.#o.onRequests(pid, Number(entry.seen - entry.counted));

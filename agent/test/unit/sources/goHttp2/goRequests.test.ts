@@ -346,7 +346,6 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     go.add(peer(PID, 443, "10.96.0.1"));
     go.add(counts([[PID, 3n]])); // printed again unchanged: nothing new
     go.add(counts([[PID, 7n]]));
-    go.add(counts([[PID, 5n]])); // an older count read late: nothing new
     // Another process, whose peer is no apiserver: never counted.
     go.add(peer(PID + 1, 8443, "10.0.0.9"));
     go.add(counts([[PID + 1, 40n]]));
@@ -357,7 +356,7 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(counted, [3, 4, 2, 2], "9 requests of the first process, 2 of the second");
   });
 
-  it("counts from 0 again when a new program follows the process (its program crashed and restarted)", () => {
+  it("counts from 0 again when a new program counts the process's requests (its program crashed and restarted), on when the same one follows it again", () => {
     const counted: number[] = [];
     const { go } = harness({ onRequests: (_pid, count) => counted.push(count) });
     const counts = (value: bigint): GoRecord => ({ type: "counters", map: "goSent", entries: [{ key: [PID], value }] });
@@ -365,8 +364,20 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     feed(go, [peer(PID, 443, "10.96.0.1"), counts(10n)]);
     go.setAttached(PID, false, 2n * MS);
     go.setAttached(PID, true, 3n * MS);
-    feed(go, [peer(PID, 443, "10.96.0.1"), counts(4n)]);
-    assert.deepEqual(counted, [10, 4]);
+    feed(go, [peer(PID, 443, "10.96.0.1"), counts(4n), counts(12n)]);
+    // Followed again by the same program (no longer a target, then again): its count goes on.
+    go.setAttached(PID, false, 4n * MS);
+    go.setAttached(PID, true, 5n * MS);
+    feed(go, [counts(13n)]);
+    assert.deepEqual(counted, [10, 4, 8, 1]);
+  });
+
+  it("a request the kernel printed late is judged with its process's peer, also when the process exited before the line was applied", () => {
+    const { go, losses } = harness();
+    go.add(peer(PID, 443, "10.96.0.1"));
+    feed(go, [...kept(5n * MS, 3, "PATCH", STATUS_PATH), closed(9n * MS, 7), { type: "go_sent", ts: 10n * MS, pid: PID, sent: 1n }]);
+    go.drain(1000n * MS);
+    assert.deepEqual(losses.map((e) => [e.cause, e.apiserver]), [["connection_reset", "10.96.0.1:443"]]);
   });
 
   it("a request the kernel printed late is judged with its process's peer, and not counted again", () => {
