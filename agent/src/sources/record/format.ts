@@ -318,34 +318,35 @@ export function upgradeGoProbeLine(line: string, version: number): string {
 
 /** `go_headers TS PID CONN STREAM_ID :status N` as `go_status TS PID CONN STREAM_ID N`; any other line as it is. */
 function statusLine(line: string): string {
-  let json: { type?: unknown; data?: unknown };
-  try {
-    json = JSON.parse(line) as typeof json;
-  } catch {
-    return line; // the parser reports it
-  }
-  if (json.type !== "printf" || typeof json.data !== "string") return line;
-  const words = json.data.replace(/\n$/, "").split(" ");
+  const text = printfText(line);
+  if (text === null) return line;
+  const words = text.replace(/\n$/, "").split(" ");
   if (words[0] !== "go_headers" || words.length !== 7 || words[5] !== ":status") return line;
   const data = ["go_status", ...words.slice(1, 5), words[6]].join(" ");
   return JSON.stringify({ type: "printf", data: `${data}\n` });
 }
 
-/** `value` inserted as a printf line's field after the `before[kind]` fields of its kind; other lines as they are. */
-function insertField(line: string, before: Record<string, number>, value: string): string {
+/** A bpftrace printf line's text; null for any other line, or one that is no JSON (the parser reports it). */
+function printfText(line: string): string | null {
   let json: { type?: unknown; data?: unknown };
   try {
     json = JSON.parse(line) as typeof json;
   } catch {
-    return line; // the parser reports it
+    return null;
   }
-  if (json.type !== "printf" || typeof json.data !== "string") return line;
-  const words = json.data.split(" ");
+  return json.type === "printf" && typeof json.data === "string" ? json.data : null;
+}
+
+/** `value` inserted as a printf line's field after the `before[kind]` fields of its kind; other lines as they are. */
+function insertField(line: string, before: Record<string, number>, value: string): string {
+  const text = printfText(line);
+  if (text === null) return line;
+  const words = text.split(" ");
   const fields = before[words[0]!];
   if (fields === undefined || words.length < fields + 2) return line;
   words.splice(fields + 1, 0, value);
   // In place, so the rest of the line stays byte for byte what bpftrace printed.
-  return line.replace(JSON.stringify(json.data).slice(1, -1), JSON.stringify(words.join(" ")).slice(1, -1));
+  return line.replace(JSON.stringify(text).slice(1, -1), JSON.stringify(words.join(" ")).slice(1, -1));
 }
 
 function valueAt(json: unknown, path: readonly PropertyKey[]): unknown {
