@@ -45,6 +45,8 @@ export interface FollowedPidsOptions {
   execWatch: boolean;
   /** Work per exiting thread of a followed process (its per-thread entries); runs before the pid is let go. */
   onThreadExit?: string;
+  /** Work when the agent lets a running process go (`$target` holds its pid; its per-process entries); runs before it is let go. */
+  onUnfollow?: string;
 }
 
 interface FollowedPidsProgram {
@@ -108,7 +110,7 @@ export function renderFollowedPids(o: FollowedPidsOptions): FollowedPidsProgram 
 					@lw_said[$target] = 1;
 					printf("follow %llu %d %llu\\n", nsecs, $target, @lw_pids[$target]);
 				}
-				if ($op == 2 && @lw_pids[$target] != 0) {
+				if ($op == 2 && @lw_pids[$target] != 0) {${o.onUnfollow ?? ""}
 					delete(@lw_pids[$target]);
 					delete(@lw_said[$target]);
 					printf("unfollow %llu %d\\n", nsecs, $target);

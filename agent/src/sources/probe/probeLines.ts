@@ -73,7 +73,7 @@ export const PROBE_FAMILIES = {
     go_path: { pid: "int", stream: "u64", offset: "int", part: "rest" },
     // The peer of the process's first request kept in the kernel, whose requests @go_sent counts.
     go_peer: { ts: "u64", pid: "int", port: "int", addr: "word" },
-    // The process exited: its last count of requests kept in the kernel (the @go_sent map between).
+    // The process exited, or the agent let it go: its last count of requests kept in the kernel (the @go_sent map between).
     go_sent: { ts: "u64", pid: "int", sent: "u64" },
     // A response's :status (format 4's go_headers lines, `:status N`, are read as these).
     go_status: { ts: "u64", pid: "int", conn: "u64", streamId: "int", status: "int" },
