@@ -274,7 +274,9 @@ void describe("the generated Go HTTP/2 program", () => {
   void it("keys what it keeps between probes by pid too: two processes of one binary share heap addresses", () => {
     const uses = [...text.matchAll(/@go_\w+\[([^\]]*)\]/g)];
     assert.ok(uses.length >= 6, `the program keeps state: ${uses.length} uses`);
-    for (const [use, key] of uses) assert.match(key!, /^pid(, |$)/, use);
+    // $target: the pid a follow message lets go (its per-process entries deleted).
+    for (const [use, key] of uses) assert.match(key!, /^(pid|\$target)(, |$)/, use);
+    assert.ok(uses.some(([, key]) => key === "$target"), "a process let go while it runs has its entries deleted");
   });
 
   void it("refuses targets it cannot express, naming the value", () => {
