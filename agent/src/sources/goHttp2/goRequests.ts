@@ -236,6 +236,14 @@ export class GoRequests {
     if (attached === (followed !== undefined && followed.until === null)) return;
     if (attached) {
       this.#attached.set(pid, { since: atNs ?? 0n, until: null });
+      // A program that starts following the process (its first, a crashed
+      // one's successor, a merge's, or one that let it go before and deleted
+      // its entries) counts its requests from 0.
+      const counts = this.#kernelCounts.get(pid);
+      if (counts !== undefined) {
+        counts.seen = 0n;
+        counts.counted = 0n;
+      }
     } else if (atNs !== undefined) {
       followed!.until = atNs;
       this.#enqueue({ ts: atNs, kind: "detached", pid, until: atNs });
@@ -507,8 +515,8 @@ export class GoRequests {
     if (update.exited === true) entry.exited = true;
     if (update.seen !== undefined) {
       // Cumulative, and read from the map as bpftrace prints it: it never goes
-      // back within one program. Lower, it is a new program's (its
-      // predecessor crashed), which counts from 0.
+      // back within one program (a new one is reset in setAttached). Lower
+      // all the same, it is a program's the agent was not told of: from 0.
       if (update.seen < entry.seen) entry.counted = 0n;
       entry.seen = update.seen;
     }

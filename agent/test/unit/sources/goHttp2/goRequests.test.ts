@@ -356,20 +356,26 @@ describe("Go HTTP/2 request verdicts", { timeout: 10_000 }, () => {
     assert.deepEqual(counted, [3, 4, 2, 2], "9 requests of the first process, 2 of the second");
   });
 
-  it("counts from 0 again when a new program counts the process's requests (its program crashed and restarted), on when the same one follows it again", () => {
+  it("counts from 0 again whenever a program starts following the process: a crash's successor, a merge's program, or the same one after letting it go", () => {
     const counted: number[] = [];
     const { go } = harness({ onRequests: (_pid, count) => counted.push(count) });
     const counts = (value: bigint): GoRecord => ({ type: "counters", map: "goSent", entries: [{ key: [PID], value }] });
     go.setAttached(PID, true, 1n * MS);
     feed(go, [peer(PID, 443, "10.96.0.1"), counts(10n)]);
+    // Its program crashed; the next one counts from 0.
     go.setAttached(PID, false, 2n * MS);
     go.setAttached(PID, true, 3n * MS);
     feed(go, [peer(PID, 443, "10.96.0.1"), counts(4n), counts(12n)]);
-    // Followed again by the same program (no longer a target, then again): its count goes on.
+    // The programs were merged: the merged one's count can pass the old one's last.
     go.setAttached(PID, false, 4n * MS);
     go.setAttached(PID, true, 5n * MS);
-    feed(go, [counts(13n)]);
-    assert.deepEqual(counted, [10, 4, 8, 1]);
+    feed(go, [peer(PID, 443, "10.96.0.1"), counts(15n)]);
+    // No longer a target, then again: the program printed its count and deleted its entries when it let it go.
+    feed(go, [{ type: "go_sent", ts: 6n * MS, pid: PID, sent: 16n }]);
+    go.setAttached(PID, false, 6n * MS);
+    go.setAttached(PID, true, 7n * MS);
+    feed(go, [peer(PID, 443, "10.96.0.1"), counts(1n)]);
+    assert.deepEqual(counted, [10, 4, 8, 15, 1, 1]);
   });
 
   it("a request the kernel printed late is judged with its process's peer, also when the process exited before the line was applied", () => {
