@@ -352,7 +352,7 @@ const agentHealth = [
     id: 31,
     title: "Uprobe programs: Go requests and TLS answers attached, Go targets followed, restarts",
     description:
-      "Uprobe programs the agent runs. Go: operators whose HTTP/2 client is followed request by request (uprobes on their binary): programs attached, targets covered, restarts; a Go target not counted is on the socket path alone (the agent logs why once per binary). TLS: one program per OpenSSL file (a libssl, or node with OpenSSL linked in) whose targets' connections are judged by what SSL_read returned, so a TLS 1.3 session ticket is no answer; without one, answers are read on the wire. A new file's program starts at once in a bpftrace of its own; a kind's programs are merged into one bpftrace once the files have not changed for a minute (merges), made while the old ones run on.",
+      "Uprobe programs the agent runs. Go: operators whose HTTP/2 client is followed request by request (uprobes on their binary): programs attached, targets covered, restarts; a Go target not counted is on the socket path alone (the agent logs why once per binary). TLS: one program per OpenSSL file (a libssl, or node with OpenSSL linked in) whose targets' connections are judged by what SSL_read returned, so a TLS 1.3 session ticket is no answer; without one, answers are read on the wire. A new file's program starts at once in a bpftrace of its own; the programs, Go's and TLS's, are merged into one bpftrace once the files have not changed for a minute (merges), made while the old ones run on.",
     unit: "short",
     decimals: 0,
     at: { x: 0, y: 74, w: 12, h: 7 },

@@ -52,9 +52,10 @@ const UPROBES_PANEL = "Uprobe programs: Go requests and TLS answers attached, Go
 // Panels whose series are zero by design in a healthy agent: data is a series, not a non-zero value.
 const ZERO_BY_DESIGN = new Set([
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [A]",
-  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [B]",
-  // Not in Kubernetes mode here.
+  // [B], the send hook attached, is 1 here: the scenario's rules keep it.
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [C]",
+  // Not in Kubernetes mode here.
+  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [D]",
   "Kernel-dropped probe events and skipped probe runs/s [A]",
   "Kernel-dropped probe events and skipped probe runs/s [B]",
   "Probe parse errors/s",
@@ -66,11 +67,13 @@ const ZERO_BY_DESIGN = new Set([
   "Queue length",
   // This scenario's operators are Node processes: no Go binary to follow per
   // request (the Go request probes have their own e2e test, goRequests.test.ts),
-  // but node's OpenSSL gets a TLS program ([D] must show it); no restarts.
+  // but node's OpenSSL gets a TLS program ([D] must show it); no restarts,
+  // and no merge of programs with one file probed ([F]).
   `${UPROBES_PANEL} [A]`,
   `${UPROBES_PANEL} [B]`,
   `${UPROBES_PANEL} [C]`,
   `${UPROBES_PANEL} [E]`,
+  `${UPROBES_PANEL} [F]`,
 ]);
 
 const RETRANSMITS_PANEL = "TCP retransmits/s by pod";
