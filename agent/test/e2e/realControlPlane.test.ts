@@ -32,7 +32,8 @@ import { WIDGET_GROUP, WIDGET_VERSION } from "../../../testbed/controlplane/widg
 import { buildCrOperator } from "../../../testbed/cr-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
-import { parsePrintfFields, type PrintfRecordOf } from "../../src/sources/probe/probeLines.ts";
+import type { PrintfRecordOf } from "../../src/sources/probe/probeLines.ts";
+import { parseProbeLine } from "../../src/sources/probe/probeOutput.ts";
 import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { operatorCmdline, startCrOperator, type CrOperator, type CrOperatorMode } from "./support/crOperator.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
@@ -227,17 +228,17 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
     return agent.events.slice(since).filter((e) => e !== event);
   }
 
-  /** The Go probe's lines of `kind` for `pid`, as the agent recorded them (--record). */
+  /** The Go probe's lines of `kind` for `pid`, as the agent recorded them (--record), parsed as the agent parses them (a merged program's line carries its part's tag). */
   function goLines<K extends "go_goaway" | "go_request" | "go_path">(kind: K, pid: number): PrintfRecordOf<K>[] {
     const out: PrintfRecordOf<K>[] = [];
     for (const text of readFileSync(recording, "utf8").split("\n")) {
       if (!text.includes(`${kind} `)) continue;
       const record = JSON.parse(text) as { kind: string; line: string };
       if (record.kind !== "goProbe") continue;
-      const words = ((JSON.parse(record.line) as { data?: string }).data ?? "").trimEnd().split(" ");
-      if (words[0] !== kind) continue;
-      const parsed = parsePrintfFields(kind, words.slice(1)) as PrintfRecordOf<K> | null;
-      if (parsed !== null && parsed.pid === pid) out.push(parsed);
+      const parsed = parseProbeLine(record.line);
+      if (!parsed.ok || parsed.record.type !== kind) continue;
+      const line = parsed.record as unknown as PrintfRecordOf<K>;
+      if (line.pid === pid) out.push(line);
     }
     return out;
   }
