@@ -61,13 +61,15 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
   };
   const starts = (): string[] => runs().filter((r) => r.startsWith("start"));
 
-  async function waitForRun(line: string): Promise<void> {
+  /** Polls `ok` (the fake bpftrace's log, the host's state) until it holds; 10 s at most, naming what it waited for. */
+  async function waitFor(what: string, ok: () => boolean | Promise<boolean>): Promise<void> {
     const deadline = Date.now() + 10_000;
-    while (!runs().includes(line)) {
-      if (Date.now() > deadline) throw new Error(`waited for "${line}", saw ${JSON.stringify(runs())}`);
+    while (!(await ok())) {
+      if (Date.now() > deadline) throw new Error(`waited for ${what}; runs: ${JSON.stringify(runs())}`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
+  const waitForRun = (line: string): Promise<void> => waitFor(`"${line}"`, () => runs().includes(line));
 
   const sum = async (counter: AgentMetrics["goProbeRestarts"], reason?: string): Promise<number> =>
     (await counter.get()).values.filter((v) => reason === undefined || v.labels.reason === reason).reduce((total, v) => total + v.value, 0);
@@ -93,13 +95,6 @@ while :; do sleep 0.2; printf '%s\n' '{"type": "printf", "data": "tick 2\n"}'; d
   const hostWith = (metrics: AgentMetrics, mergeAfterMs = 600_000, log: Logger = quiet): UprobeHost =>
     new UprobeHost({ bpftrace: fake, agentHostPid: process.pid, metrics, log, mergeAfterMs });
   const attachedNow = async (metrics: AgentMetrics): Promise<number> => (await metrics.goProbesAttached.get()).values[0]?.value ?? 0;
-  async function waitFor(what: string, ok: () => boolean | Promise<boolean>): Promise<void> {
-    const deadline = Date.now() + 10_000;
-    while (!(await ok())) {
-      if (Date.now() > deadline) throw new Error(`waited for ${what}; runs: ${JSON.stringify(runs())}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  }
   const gate = (): string => path.join(dir, "gate");
   const spec = (name: string) => () => {
     const file = path.join(dir, name);
