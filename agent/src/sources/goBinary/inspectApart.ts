@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import { HTTP2_FUNCTIONS } from "./http2Families.ts";
 import { rejectionReason, type GoBinaryReport } from "./inspectGoBinary.ts";
+import { valueAt } from "../../valueAt.ts";
 
 const here = fileURLToPath(import.meta.url);
 /** inspectChild beside this module: .ts when run from the source, .js when compiled (dist/). */
@@ -117,11 +118,6 @@ export function reportFromChild(binary: string, output: string): GoBinaryReport 
   return parsed.data;
 }
 
-function valueAt(json: unknown, at: readonly PropertyKey[]): unknown {
-  let value = json;
-  for (const key of at) value = typeof value === "object" && value !== null ? (value as Record<PropertyKey, unknown>)[key] : undefined;
-  return value;
-}
 
 interface InspectApartOptions {
   /** The script run in the child (tests give one of their own); default inspectChild beside this module. */

@@ -36,6 +36,7 @@
 // as `go_status … N`, its other go_headers lines (trailers, which the agent
 // never used) as they are, and go no further than the parser.
 import { z } from "zod";
+import { valueAt } from "../../valueAt.ts";
 
 export const RECORD_FORMAT_VERSION = 5;
 /** The versions a reader takes: older versions' lines are upgraded as they are read. */
@@ -349,14 +350,6 @@ function insertField(line: string, before: Record<string, number>, value: string
   return line.replace(JSON.stringify(text).slice(1, -1), JSON.stringify(words.join(" ")).slice(1, -1));
 }
 
-function valueAt(json: unknown, path: readonly PropertyKey[]): unknown {
-  let value: unknown = json;
-  for (const key of path) {
-    if (typeof value !== "object" || value === null) return undefined;
-    value = (value as Record<PropertyKey, unknown>)[key];
-  }
-  return value;
-}
 
 function preview(value: unknown): string {
   if (value === undefined) return "nothing";
