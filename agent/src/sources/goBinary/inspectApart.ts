@@ -118,7 +118,6 @@ export function reportFromChild(binary: string, output: string): GoBinaryReport 
   return parsed.data;
 }
 
-
 interface InspectApartOptions {
   /** The script run in the child (tests give one of their own); default inspectChild beside this module. */
   script?: string;

@@ -350,7 +350,6 @@ function insertField(line: string, before: Record<string, number>, value: string
   return line.replace(JSON.stringify(text).slice(1, -1), JSON.stringify(words.join(" ")).slice(1, -1));
 }
 
-
 function preview(value: unknown): string {
   if (value === undefined) return "nothing";
   const text = JSON.stringify(value) ?? `a ${typeof value}`;
