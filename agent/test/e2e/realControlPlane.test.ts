@@ -119,7 +119,8 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
       "--target-cmdline", operatorCmdline(kubeconfigPath),
       "--apiserver", `127.0.0.1:${cp.port}`,
       "--correlation-window", CORRELATION_WINDOW,
-      "--span-grace", "0s",
+      // The default span grace: a new operator's first spans may still be in
+      // its exporter's batch when its first write is lost.
       "--record", recording,
     ]);
     agentLog = followLog(agent.child);
