@@ -19,7 +19,7 @@ import type { AgentMetrics } from "./telemetry/metrics.ts";
 import { createTraceSink, DISABLED_TRACE_SINK, type TraceSink } from "./sinks/traces.ts";
 import type { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import type { EndpointSync } from "./sources/probe/endpointSync.ts";
-import { chooseVariant, type ProbeVariant } from "./sources/probe/probeProgram.ts";
+import { chooseVariant, kernelBtf, type ProbeVariant } from "./sources/probe/probeProgram.ts";
 import { startOtlpGrpcReceiver } from "./sources/spans/otlpGrpcReceiver.ts";
 import { startOtlpReceiver, type OtlpReceiver } from "./sources/spans/otlpReceiver.ts";
 import { parseForwarder, type ForwarderSelector } from "./sources/spans/forwarders.ts";
@@ -300,6 +300,9 @@ export async function pickProbeVariant(config: Config, metrics: AgentMetrics, lo
   const bpftraceVersion = await readBpftraceVersion(config.bpftrace);
   metrics.probeInfo.set({ variant, bpftrace_version: bpftraceVersion, answer_rule: ANSWER_RULES[variant] }, 1);
   log.info("probe variant chosen", { variant, bpftrace: bpftraceVersion });
+  const btf = kernelBtf();
+  if (btf.error !== null) log.warn("bpftrace is given the kernel's whole BTF, not the cut of what the programs read", { file: btf.file, error: btf.error });
+  else log.info("kernel BTF cut to what the programs read", { file: btf.file, kernelBytes: btf.kernelBytes, cutBytes: btf.cutBytes });
   return variant;
 }
 

@@ -1,5 +1,6 @@
 // Every probe variant compiles on this machine's bpftrace, rendered as the
-// agent renders it (targets, IPv4 and IPv6 endpoints), with no warnings.
+// agent renders it (targets, IPv4 and IPv6 endpoints) and given the kernel's
+// BTF cut as the agent gives it, with no warnings.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -7,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
 import { parseEndpoint } from "../../src/sources/probe/endpointKey.ts";
-import { PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
+import { bpftraceEnv, PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
 import { agentEnv } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
@@ -38,7 +39,7 @@ function dryRunCompiles(variant: (typeof PROBE_VARIANTS)[number], state: { reque
         ...state,
       }),
     );
-    const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20 });
+    const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20, env: { ...process.env, ...bpftraceEnv() } });
     assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);
     const stderr = result.stderr;
     const warnings = stderr.split("\n").filter((l) => /warning|error/i.test(l) && !/RLIMIT_MEMLOCK|available_filter_functions/.test(l));

@@ -1,10 +1,12 @@
 // Chooses the probe program for the running kernel and renders it with the
 // initial targets and apiserver endpoints, so a fresh bpftrace is complete
 // from its first event; later changes go through the control channel.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { dirAbove } from "../../installPaths.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
+import { kernelTypeUse, trimKernelBtf } from "./kernelBtf.ts";
 import { initialPids } from "./followedPids.ts";
 
 export type ProbeVariant = "sockets" | "syscalls";
@@ -114,10 +116,11 @@ const KERNEL_BTF = "/sys/kernel/btf/vmlinux";
 
 /**
  * The environment every bpftrace of the agent runs with. BPFTRACE_BTF names
- * the kernel's BTF file: left to itself, bpftrace 0.17 finds BTF by walking
- * the kernel's BTF objects by id, which needs CAP_SYS_ADMIN, and with only
- * the DaemonSet's capabilities it then knows no kernel struct ("Unknown
- * struct/union: 'struct tcp_sock'"). Reading the file needs no privilege.
+ * a BTF file: left to itself, bpftrace 0.17 finds BTF by walking the kernel's
+ * BTF objects by id, which needs CAP_SYS_ADMIN, and with only the
+ * DaemonSet's capabilities it then knows no kernel struct ("Unknown
+ * struct/union: 'struct tcp_sock'"). Reading a file needs no privilege. The
+ * file is the kernel's BTF cut to what the programs read (kernelBtf()).
  *
  * BPFTRACE_MAP_KEYS_MAX sizes every map of a program alike (bpftrace 0.17
  * has no per-map size), and the kernel allocates each hash map whole at load,
@@ -132,8 +135,54 @@ const KERNEL_BTF = "/sys/kernel/btf/vmlinux";
  */
 const MAP_KEYS_MAX = 4096;
 
-export function bpftraceEnv(btf = KERNEL_BTF): Record<string, string> {
-  return { BPFTRACE_MAP_KEYS_MAX: String(MAP_KEYS_MAX), ...(existsSync(btf) ? { BPFTRACE_BTF: btf } : {}) };
+export function bpftraceEnv(): Record<string, string> {
+  const { file } = kernelBtf();
+  return { BPFTRACE_MAP_KEYS_MAX: String(MAP_KEYS_MAX), ...(file !== null ? { BPFTRACE_BTF: file } : {}) };
+}
+
+/** The BTF file bpftrace is given, and what became of the cut. */
+interface KernelBtf {
+  /** null when the kernel has no BTF file. */
+  file: string | null;
+  /** Sizes of the kernel's BTF and of the cut (null when not cut). */
+  kernelBytes: number | null;
+  cutBytes: number | null;
+  /** Why the kernel's whole BTF is given instead of the cut; null when cut. */
+  error: string | null;
+}
+
+let kernelBtfMade: KernelBtf | undefined;
+
+/**
+ * The kernel's BTF cut to what the programs under probes/ read
+ * (kernelBtf.ts: each bpftrace then holds some 11 MiB less), made at the
+ * first call and written into a directory of this process's, removed at its
+ * exit. Should the cut fail, bpftrace is given the kernel's whole file.
+ */
+export function kernelBtf(): KernelBtf {
+  kernelBtfMade ??= cutKernelBtf();
+  return kernelBtfMade;
+}
+
+function cutKernelBtf(): KernelBtf {
+  if (!existsSync(KERNEL_BTF)) return { file: null, kernelBytes: null, cutBytes: null, error: `${KERNEL_BTF} does not exist` };
+  let kernelBytes: number | null = null;
+  try {
+    const kernel = readFileSync(KERNEL_BTF);
+    kernelBytes = kernel.byteLength;
+    const dir = probesDir();
+    const programs = readdirSync(dir)
+      .filter((name) => name.endsWith(".bt"))
+      .map((name) => readFileSync(path.join(dir, name), "utf8"));
+    const cut = trimKernelBtf(kernel, kernelTypeUse(programs));
+    const out = mkdtempSync(path.join(os.tmpdir(), "lostwrite-btf-"));
+    process.once("exit", () => rmSync(out, { recursive: true, force: true }));
+    const file = path.join(out, "kernel.btf");
+    writeFileSync(file, cut);
+    return { file, kernelBytes, cutBytes: cut.byteLength, error: null };
+  } catch (error) {
+    return { file: KERNEL_BTF, kernelBytes, cutBytes: null, error: String(error) };
+  }
 }
 
 const MARKER = "// @initial-state";
