@@ -3,7 +3,7 @@
 // is linked in and exported (node). Read through the host's /proc, so that
 // the path works from a pod for a process in another mount namespace.
 import { BoundedMap } from "../../boundedMap.ts";
-import { readFile, stat } from "node:fs/promises";
+import { open, readFile, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import { openFileSource } from "../goBinary/byteSource.ts";
 import { findSection, readElfImage } from "../goBinary/elfImage.ts";
@@ -13,6 +13,12 @@ interface OpenSsl {
   path: string;
   /** dev:inode: uprobes are per file, so one program serves every process using it. */
   key: string;
+  /**
+   * The file, opened as soon as it was found; the caller closes it. A one-shot
+   * client can be gone, and its /proc path with it, before its program is
+   * made: the program opens the file through this descriptor meanwhile.
+   */
+  handle: FileHandle;
 }
 
 /** A mapped libssl, as /proc/PID/maps names it (a file replaced since is "(deleted)": not probed). */
@@ -36,7 +42,7 @@ export function newExportsCache(): ExportsCache {
   return new BoundedMap(EXPORTS_CACHE_CAPACITY);
 }
 
-/** Where `pid`'s OpenSSL is, or why none is found (yet: python maps libssl when it first imports ssl). */
+/** Where `pid`'s OpenSSL is, opened, or why none is found (yet: python maps libssl when it first imports ssl). */
 export async function openSslOf(procRoot: string, pid: number, exportsCache: ExportsCache = newExportsCache()): Promise<OpenSsl | string> {
   const dir = path.join(procRoot, String(pid));
   let maps: string;
@@ -47,22 +53,32 @@ export async function openSslOf(procRoot: string, pid: number, exportsCache: Exp
   }
   const mapped = LIBSSL.exec(maps)?.[1];
   const file = mapped !== undefined ? path.join(dir, "root", mapped) : path.join(dir, "exe");
+  let handle: FileHandle;
   let key: string;
   try {
-    const info = await stat(file);
-    key = `${info.dev}:${info.ino}`;
+    handle = await open(file, "r");
   } catch (error) {
     return `cannot read ${file}: ${String(error)}`;
   }
-  if (mapped === undefined) {
-    let exports = exportsCache.get(key);
-    if (exports === undefined) {
-      exports = await exportsOpenSsl(file);
-      exportsCache.set(key, exports);
+  try {
+    const info = await handle.stat();
+    key = `${info.dev}:${info.ino}`;
+    if (mapped === undefined) {
+      let exports = exportsCache.get(key);
+      if (exports === undefined) {
+        exports = await exportsOpenSsl(file);
+        exportsCache.set(key, exports);
+      }
+      if (!exports) {
+        await handle.close();
+        return "no OpenSSL mapped";
+      }
     }
-    if (!exports) return "no OpenSSL mapped";
+  } catch (error) {
+    await handle.close();
+    return `cannot read ${file}: ${String(error)}`;
   }
-  return { path: file, key };
+  return { path: file, key, handle };
 }
 
 /** Whether an executable's dynamic symbol names include OpenSSL's (node exports them for addons). */

@@ -152,11 +152,23 @@ export class TlsProbes {
         continue;
       }
       this.#pending.delete(pid);
-      await this.#programs.add(pid, found.key, () => ({
-        path: found.path,
-        render: (file, follow) => renderTlsProgram({ library: file, ...follow }),
-        details: { file: found.path },
-      }));
+      // While this change runs, the agent's own descriptor (a one-shot script
+      // may be gone already); later, when its program could not be started
+      // then, through the process's /proc entry again.
+      let held = true;
+      const through = `/proc/${process.pid}/fd/${found.handle.fd}`;
+      try {
+        await this.#programs.add(pid, found.key, () => ({
+          get path() {
+            return held ? through : found.path;
+          },
+          render: (file, follow) => renderTlsProgram({ library: file, ...follow }),
+          details: { file: found.path },
+        }));
+      } finally {
+        held = false;
+        await found.handle.close();
+      }
     }
     this.#scheduleRecheck();
   }

@@ -34,12 +34,17 @@ void describe("openSslOf", { timeout: 10_000 }, () => {
     assert.ok(typeof found !== "string", JSON.stringify(found));
     assert.equal(found.path, path.join(proc, "10/root/usr/lib/x86_64-linux-gnu/libssl.so.3"));
     assert.match(found.key, /^\d+:\d+$/);
+    // Opened at once: the descriptor is the file the key names, whatever becomes of the path.
+    const held = await found.handle.stat();
+    await found.handle.close();
+    assert.equal(`${held.dev}:${held.ino}`, found.key);
   });
 
   void it("takes the executable when it exports OpenSSL itself, as node does", async () => {
     const found = await openSslOf(proc, 20);
     assert.ok(typeof found !== "string", JSON.stringify(found));
     assert.equal(found.path, path.join(proc, "20/exe"));
+    await found.handle.close();
   });
 
   void it("says why there is none: nothing mapped yet, or the process is gone", async () => {
