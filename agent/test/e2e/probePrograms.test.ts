@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
 import { parseEndpoint } from "../../src/sources/probe/endpointKey.ts";
-import { bpftraceEnv, PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
+import { bpftraceEnv, kernelBtf, PROBE_VARIANTS, renderProgram } from "../../src/sources/probe/probeProgram.ts";
 import { agentEnv } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
@@ -39,6 +39,9 @@ function dryRunCompiles(variant: (typeof PROBE_VARIANTS)[number], state: { reque
         ...state,
       }),
     );
+    const btf = kernelBtf();
+    assert.equal(btf.error, null, "the kernel's BTF is cut for bpftrace");
+    assert.ok(btf.cutBytes! < btf.kernelBytes! / 10, `the cut (${btf.cutBytes} bytes) is a small part of the kernel's BTF (${btf.kernelBytes})`);
     const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20, env: { ...process.env, ...bpftraceEnv() } });
     assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);
     const stderr = result.stderr;

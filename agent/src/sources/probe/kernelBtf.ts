@@ -88,9 +88,11 @@ class BtfReader {
     if (this.#types + typeLen > raw.byteLength || this.#stringsEnd > raw.byteLength) {
       throw new Error(`BTF: its header claims types ${typeOff}+${typeLen} and names ${strOff}+${strLen} past its ${raw.byteLength} bytes`);
     }
-    const offsets: number[] = [0];
-    for (let at = this.#types; at < this.#types + typeLen; at += this.#typeBytes(at)) offsets.push(at);
-    this.offsets = Uint32Array.from(offsets);
+    // Two passes, so that no array of a number per type is ever built on the heap.
+    let count = 0;
+    for (let at = this.#types; at < this.#types + typeLen; at += this.#typeBytes(at)) count++;
+    this.offsets = new Uint32Array(count + 1);
+    for (let at = this.#types, id = 1; id <= count; at += this.#typeBytes(at), id++) this.offsets[id] = at;
   }
 
   u32(at: number): number {
@@ -220,13 +222,14 @@ function wholeStructs(btf: BtfReader, roots: readonly number[], fields: Readonly
       queue.push(id);
     }
   };
-  const walked = new Set<string>();
+  /** A bit per way a type was walked (read or not, behind a pointer or not). */
+  const walked = new Uint8Array(btf.count + 1);
   /** `read`: whether the field this type belongs to is one the programs read (a pointer's struct is kept whole only then). */
   const walk = (id: number, read: boolean, behindPointer: boolean): void => {
     if (id === 0) return;
-    const key = `${id}:${read ? 1 : 0}:${behindPointer ? 1 : 0}`;
-    if (walked.has(key)) return;
-    walked.add(key);
+    const bit = 1 << ((read ? 2 : 0) + (behindPointer ? 1 : 0));
+    if ((walked[id]! & bit) !== 0) return;
+    walked[id]! |= bit;
     const kind = btf.kind(id);
     if (kind === KIND.STRUCT || kind === KIND.UNION) {
       const named = btf.nameOffset(id) !== 0;

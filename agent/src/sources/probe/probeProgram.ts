@@ -1,12 +1,13 @@
 // Chooses the probe program for the running kernel and renders it with the
 // initial targets and apiserver endpoints, so a fresh bpftrace is complete
 // from its first event; later changes go through the control channel.
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { dirAbove } from "../../installPaths.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
-import { kernelTypeUse, trimKernelBtf } from "./kernelBtf.ts";
 import { initialPids } from "./followedPids.ts";
 
 export type ProbeVariant = "sockets" | "syscalls";
@@ -153,10 +154,16 @@ interface KernelBtf {
 
 let kernelBtfMade: KernelBtf | undefined;
 
+/** kernelBtfChild beside kernelBtf: .ts when run from the source, .js when compiled (dist/). */
+const BTF_CUT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), `kernelBtfChild${path.extname(fileURLToPath(import.meta.url))}`);
+/** It takes 0.2 s here; a cut still running after this is stuck. */
+const BTF_CUT_TIMEOUT_MS = 30_000;
+
 /**
  * The kernel's BTF cut to what the programs under probes/ read
- * (kernelBtf.ts: each bpftrace then holds some 11 MiB less), made at the
- * first call and written into a directory of this process's, removed at its
+ * (kernelBtf.ts: each bpftrace that reads kernel types then holds some 17
+ * MiB less), made at the first call by a process of its own
+ * (kernelBtfChild.ts) into a directory of this process's, removed at its
  * exit. Should the cut fail, bpftrace is given the kernel's whole file.
  */
 export function kernelBtf(): KernelBtf {
@@ -168,20 +175,27 @@ function cutKernelBtf(): KernelBtf {
   if (!existsSync(KERNEL_BTF)) return { file: null, kernelBytes: null, cutBytes: null, error: `${KERNEL_BTF} does not exist` };
   let kernelBytes: number | null = null;
   try {
-    const kernel = readFileSync(KERNEL_BTF);
-    kernelBytes = kernel.byteLength;
+    kernelBytes = statSync(KERNEL_BTF).size;
     const dir = probesDir();
     const programs = readdirSync(dir)
       .filter((name) => name.endsWith(".bt"))
-      .map((name) => readFileSync(path.join(dir, name), "utf8"));
-    const cut = trimKernelBtf(kernel, kernelTypeUse(programs));
+      .map((name) => path.join(dir, name));
     const out = mkdtempSync(path.join(os.tmpdir(), "lostwrite-btf-"));
     process.once("exit", () => rmSync(out, { recursive: true, force: true }));
     const file = path.join(out, "kernel.btf");
-    writeFileSync(file, cut);
-    return { file, kernelBytes, cutBytes: cut.byteLength, error: null };
+    // Once, at start, before any bpftrace: the wait is the child's 0.2 s.
+    // Without the agent's NODE_OPTIONS: a preload given to the agent (the
+    // footprint bench's) is not the cut's.
+    const env = { ...process.env };
+    delete env.NODE_OPTIONS;
+    const child = spawnSync(process.execPath, [BTF_CUT_SCRIPT, KERNEL_BTF, file, ...programs], { encoding: "utf8", timeout: BTF_CUT_TIMEOUT_MS, env });
+    if (child.status !== 0) {
+      const why = child.error?.message ?? (child.signal !== null ? `killed by ${child.signal}` : `exit code ${child.status}`);
+      throw new Error(`the cut's process failed (${why}): ${child.stderr.trim().slice(-2048)}`);
+    }
+    return { file, kernelBytes, cutBytes: statSync(file).size, error: null };
   } catch (error) {
-    return { file: KERNEL_BTF, kernelBytes, cutBytes: null, error: String(error) };
+    return { file: KERNEL_BTF, kernelBytes, cutBytes: null, error: error instanceof Error ? error.message : String(error) };
   }
 }
 
