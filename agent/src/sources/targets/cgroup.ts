@@ -16,7 +16,7 @@
 // namespace, so an agent in its own cgroup namespace sees "/../../kubepods…":
 // only the last segments matter. CRI-O's monitor runs in "crio-conmon-<id>.scope",
 // which is not the container and must not match.
-import { readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 type ContainerRuntime = "containerd" | "cri-o" | "docker";
@@ -142,10 +142,11 @@ export function containerFromStatusId(containerID: string): ContainerRef | null 
  * /proc mounted elsewhere). Null when the process is not in a container or is
  * gone (processes exit between a directory scan and the read: not an error).
  */
-export async function readContainerOf(procRoot: string, pid: number): Promise<ContainerRef | null> {
+export function readContainerOf(procRoot: string, pid: number): ContainerRef | null {
   let text: string;
   try {
-    text = await readFile(join(procRoot, String(pid), "cgroup"), "utf8");
+    // Synchronously, as processTable.ts reads /proc and says why.
+    text = readFileSync(join(procRoot, String(pid), "cgroup"), "utf8");
   } catch {
     return null;
   }

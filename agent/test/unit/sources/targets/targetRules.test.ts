@@ -19,7 +19,7 @@ function procTree(processes: Record<number, { comm: string; argv: string[] }>): 
 
 const none = { pids: [], comm: null, cmdline: null, exclude: () => false };
 
-describe("scanTargets", () => {
+describe("scanTargets", { timeout: 10_000 }, () => {
   const root = procTree({
     10: { comm: "manager", argv: ["/manager", "--leader-elect"] },
     11: { comm: "python3", argv: ["python3", "-m", "kopf", "run", "op.py"] },
@@ -38,6 +38,16 @@ describe("scanTargets", () => {
   it("reads no command line when no rule needs it", async () => {
     const found = await scanTargets({ ...none, comm: /^manager$/ }, root);
     assert.deepEqual([...found.values()].map((t) => t.cmdline), ["", ""]);
+  });
+
+  it("lets the event loop turn while it reads a node of many processes", async () => {
+    const many = procTree(Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [100 + i, { comm: `p${i}`, argv: ["p"] }])));
+    let read = 0;
+    let readWhenTheLoopTurned: number | null = null;
+    setImmediate(() => (readWhenTheLoopTurned = read));
+    const found = await scanTargets({ ...none, comm: /^p\d+$/, exclude: () => (read++, false) }, many);
+    assert.equal(found.size, 1000);
+    assert.ok(readWhenTheLoopTurned !== null && readWhenTheLoopTurned > 0 && readWhenTheLoopTurned < 1000, `the loop turned after ${readWhenTheLoopTurned} of 1000`);
   });
 
   it("treats a pid whose comm changed as a new process", async () => {
