@@ -5,10 +5,10 @@
 // container" is not remembered: the runtime moves a new container's first
 // process into its cgroup just after creating it, and that process keeps its
 // pid when it execs the container's entrypoint.
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { readContainerOf } from "../cgroup.ts";
-import { inBatches } from "../processTable.ts";
+import { inBatches, listPids } from "../processTable.ts";
 
 interface ContainerProcess {
   pid: number;
@@ -31,8 +31,6 @@ interface ContainerProcessScannerOptions {
   maxRememberedPids: number;
 }
 
-const PID = /^[1-9][0-9]*$/;
-
 export class ContainerProcessScanner {
   readonly #opts: ContainerProcessScannerOptions;
   /** pid → container id, only for containerised pids alive at the last scan. */
@@ -44,13 +42,12 @@ export class ContainerProcessScanner {
 
   async scan(wantedContainerIds: ReadonlySet<string>): Promise<ScanResult> {
     // Synchronously, in batches, as processTable.ts reads /proc and says why.
-    let names: string[];
+    let pids: number[];
     try {
-      names = readdirSync(this.#opts.procRoot);
+      pids = listPids(this.#opts.procRoot);
     } catch (err) {
       throw new Error(`cannot list proc root "${this.#opts.procRoot}": ${(err as Error).message}`, { cause: err });
     }
-    const pids = names.filter((n) => PID.test(n)).map(Number);
     const next = new Map<number, string>();
     const unknown: number[] = [];
     for (const pid of pids) {
