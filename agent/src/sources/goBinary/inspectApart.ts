@@ -7,16 +7,13 @@
 // that says why, as any other binary that cannot be followed.
 import { spawn } from "node:child_process";
 import { open, type FileHandle } from "node:fs/promises";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import { HTTP2_FUNCTIONS } from "./http2Families.ts";
 import { rejectionReason, type GoBinaryReport } from "./inspectGoBinary.ts";
 import { valueAt } from "../../valueAt.ts";
+import { childEnv, scriptBeside } from "../../childScript.ts";
 
-const here = fileURLToPath(import.meta.url);
-/** inspectChild beside this module: .ts when run from the source, .js when compiled (dist/). */
-const CHILD_SCRIPT = path.join(path.dirname(here), `inspectChild${path.extname(here)}`);
+const CHILD_SCRIPT = scriptBeside(import.meta.url, "inspectChild");
 /** A report is a few KiB; more is not a report. */
 const MAX_REPORT_BYTES = 1024 * 1024;
 /** The end of the child's stderr kept for the reason when it fails. */
@@ -150,11 +147,7 @@ export async function inspectGoBinaryApart(binary: string, opts: InspectApartOpt
 
 function inspectInChild(binary: string, handle: FileHandle, opts: InspectApartOptions): Promise<GoBinaryReport> {
   return new Promise((resolve) => {
-    // Without the agent's NODE_OPTIONS: a preload given to the agent (the
-    // footprint bench's) is not the inspection's.
-    const env = { ...process.env };
-    delete env.NODE_OPTIONS;
-    const child = spawn(process.execPath, [opts.script ?? CHILD_SCRIPT, binary], { stdio: ["ignore", "pipe", "pipe", handle.fd], env });
+    const child = spawn(process.execPath, [opts.script ?? CHILD_SCRIPT, binary], { stdio: ["ignore", "pipe", "pipe", handle.fd], env: childEnv() });
     const out: Buffer[] = [];
     let outBytes = 0;
     let err = "";

@@ -5,7 +5,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { childEnv, scriptBeside } from "../../childScript.ts";
 import { dirAbove } from "../../installPaths.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { initialPids } from "./followedPids.ts";
@@ -154,8 +154,7 @@ interface KernelBtf {
 
 let kernelBtfMade: KernelBtf | undefined;
 
-/** kernelBtfChild beside kernelBtf: .ts when run from the source, .js when compiled (dist/). */
-const BTF_CUT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), `kernelBtfChild${path.extname(fileURLToPath(import.meta.url))}`);
+const BTF_CUT_SCRIPT = scriptBeside(import.meta.url, "kernelBtfChild");
 /** It takes 0.2 s here; a cut still running after this is stuck. */
 const BTF_CUT_TIMEOUT_MS = 30_000;
 
@@ -184,11 +183,7 @@ function cutKernelBtf(): KernelBtf {
     process.once("exit", () => rmSync(out, { recursive: true, force: true }));
     const file = path.join(out, "kernel.btf");
     // Once, at start, before any bpftrace: the wait is the child's 0.2 s.
-    // Without the agent's NODE_OPTIONS: a preload given to the agent (the
-    // footprint bench's) is not the cut's.
-    const env = { ...process.env };
-    delete env.NODE_OPTIONS;
-    const child = spawnSync(process.execPath, [BTF_CUT_SCRIPT, KERNEL_BTF, file, ...programs], { encoding: "utf8", timeout: BTF_CUT_TIMEOUT_MS, env });
+    const child = spawnSync(process.execPath, [BTF_CUT_SCRIPT, KERNEL_BTF, file, ...programs], { encoding: "utf8", timeout: BTF_CUT_TIMEOUT_MS, env: childEnv() });
     if (child.status !== 0) {
       const why = child.error?.message ?? (child.signal !== null ? `killed by ${child.signal}` : `exit code ${child.status}`);
       throw new Error(`the cut's process failed (${why}): ${child.stderr.trim().slice(-2048)}`);
