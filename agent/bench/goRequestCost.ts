@@ -43,7 +43,7 @@ import { buildGo } from "../../testbed/goBuild.ts";
 import { inspectGoBinary, type GoBinaryInspected, type ProbePlacement } from "../src/sources/goBinary/inspectGoBinary.ts";
 import { probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../src/sources/goBinary/probeSymbolFile.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "../src/sources/goHttp2/goProbeProgram.ts";
-import { bpftraceEnv } from "../src/sources/probe/probeProgram.ts";
+import { bpftraceEnv, kernelBtf } from "../src/sources/probe/probeProgram.ts";
 import { median } from "./costTable.ts";
 import { LineProcess } from "./loopProcesses.ts";
 import { positiveOption } from "./positiveOption.ts";
@@ -65,6 +65,13 @@ async function comparedRenderer(tree: string): Promise<Render> {
   const loaded = (await import(file)) as { renderGoProgram?: Render };
   if (typeof loaded.renderGoProgram !== "function") throw new Error(`--compare ${tree}: ${file} has no renderGoProgram`);
   return loaded.renderGoProgram;
+}
+
+/** The running kernel's field offsets the Go program reads at, as the agent has them. */
+function kernelOffsets(): Readonly<Record<string, number>> {
+  const { offsets } = kernelBtf();
+  if (typeof offsets === "string") throw new Error(`cannot render the Go program: ${offsets}`);
+  return offsets;
 }
 
 /** utime + stime of a process, ns (clock ticks of 10 ms: read over many requests). */
@@ -135,7 +142,7 @@ async function startClient(name: string, binary: string, port: number): Promise<
 
 /** Uprobe hits per request, counted by a second program on the same points (its own hits are not in the measured runs). */
 async function hitsPerRequest(client: Client, placement: ProbePlacement, dir: string, requests: number): Promise<number> {
-  const points = renderGoProgram({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids: [client.process.pid], execWatch: false })
+  const points = renderGoProgram({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids: [client.process.pid], execWatch: false, kernelOffsets: kernelOffsets() })
     .split("\n")
     .filter((line) => line.startsWith("uprobe:"))
     .map((line) => line.slice(0, line.indexOf(" /")));
@@ -175,7 +182,7 @@ async function main(): Promise<void> {
     symbolFiles.push(written.file);
 
     const render = (client: Client, placement: ProbePlacement, pids: number[], renderer: Render = renderGoProgram): string =>
-      renderer({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids, execWatch: false });
+      renderer({ binary: client.binaryPath, families: client.inspected.families, probePlacement: placement, programId: 0, pids, execWatch: false, kernelOffsets: kernelOffsets() });
     type Phase = "none" | "probe" | "symbolsNone" | "symbols" | "entry" | "unfollowed" | "probeCompared" | "symbolsCompared";
     const phases: Partial<Record<Phase, { label: string; client: Client; program: string | null; baseline: Phase | null }>> = {
       none: { label: "stripped, no probe", client: strip, program: null, baseline: null },

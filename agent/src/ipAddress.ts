@@ -13,3 +13,18 @@ export function canonicalAddress(text: string): string | null {
 export function isLoopbackAddress(text: string): boolean {
   return ipaddr.isValid(text) && ipaddr.process(text).range() === "loopback";
 }
+
+/**
+ * An IPv6 address's 16 bytes as the kernel's inet_ntop writes them (as
+ * bpftrace's ntop prints an address): RFC 5952's shortest form, and the
+ * last 4 bytes dotted after "::ffff:" (IPv4-mapped) or "::" (IPv4-compatible).
+ */
+export function ipv6Text(bytes: Uint8Array): string {
+  if (bytes.length !== 16) throw new RangeError(`an IPv6 address is 16 bytes, got ${bytes.length}`);
+  const word = (i: number): number => (bytes[2 * i]! << 8) | bytes[2 * i + 1]!;
+  const dotted = [...bytes.subarray(12)].join(".");
+  const zeroUpTo = (n: number): boolean => bytes.subarray(0, 2 * n).every((b) => b === 0);
+  if (zeroUpTo(5) && word(5) === 0xffff) return `::ffff:${dotted}`;
+  if (zeroUpTo(6) && (word(6) !== 0 || word(7) > 1)) return `::${dotted}`;
+  return (ipaddr.fromByteArray([...bytes]) as ipaddr.IPv6).toRFC5952String();
+}

@@ -42,6 +42,9 @@ function dryRunCompiles(variant: (typeof PROBE_VARIANTS)[number], state: { reque
     const btf = kernelBtf();
     assert.equal(btf.error, null, "the kernel's BTF is cut for bpftrace");
     assert.ok(btf.cutBytes! < btf.kernelBytes! / 10, `the cut (${btf.cutBytes} bytes) is a small part of the kernel's BTF (${btf.kernelBytes})`);
+    // The Go program's reads of the kernel's socket (go_http2.bt, NO CASTS): a socket's state sits right after its family.
+    if (typeof btf.offsets === "string") assert.fail(`the kernel's field offsets: ${btf.offsets}`);
+    assert.equal(btf.offsets["sock.__sk_common.skc_state"], btf.offsets["sock.__sk_common.skc_family"]! + 2);
     const result = spawnSync("bpftrace", ["-d", file, "0", "0"], { encoding: "utf8", maxBuffer: 256 << 20, env: { ...process.env, ...bpftraceEnv() } });
     assert.equal(result.status, 0, `bpftrace -d failed: ${result.stderr}`);
     const stderr = result.stderr;

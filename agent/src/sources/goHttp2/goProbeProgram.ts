@@ -11,6 +11,7 @@ import { HTTP2_FUNCTIONS, type Http2FamilyName, type Http2Function } from "../go
 import { probeSymbolName } from "../goBinary/probeSymbolFile.ts";
 import type { Http2Layout } from "../goBinary/http2Layouts.ts";
 import { ANNOUNCE, FOLLOWED, renderUprobeProgram, type FollowedPidsOptions } from "../probe/followedPids.ts";
+import { OFFSETOF } from "../probe/kernelBtf.ts";
 import { templateSections } from "../probe/probeProgram.ts";
 
 /** Longest piece of a path printed in one line; keeps a printf's stack use under bpftrace's 512 bytes. */
@@ -56,15 +57,27 @@ interface GoProbeTarget extends Omit<FollowedPidsOptions, "onThreadExit"> {
    * prints with its path only that long after a rejection of the process.
    */
   correlationWindowMs?: number;
+  /**
+   * The running kernel's field offsets, by "struct.field" (kernelBtf() in
+   * probeProgram.ts): the program reads the kernel's structs at them
+   * (go_http2.bt, NO CASTS).
+   */
+  kernelOffsets: Readonly<Record<string, number>>;
 }
 
 const TEMPLATE = "go_http2.bt";
 
 /** The template's sections (`// @name` lines start them). */
-const SECTIONS = ["socket-of-cc", "peer-of-socket", "peer-address", "print-path", "print-request", "exit", "unfollow", "tick", "end", ...HTTP2_FUNCTIONS] as const;
+const SECTIONS = ["socket-of-cc", "peer-of-socket", "print-path", "print-request", "exit", "unfollow", "tick", "end", ...HTTP2_FUNCTIONS] as const;
+
+/** The 4-byte fields, which the template reads as the top half of the word that ends with them (NO CASTS): each at 4 or more. */
+const FOUR_BYTE_FIELDS = ["streamId", "frameStreamId", "rstErrCode", "goAwayLastStreamId", "goAwayErrCode"] as const;
 
 /** The byte offsets the template reads at, by placeholder: the family's layout, each field as the probe adds it to the pointer it holds. */
 function layoutValues(l: Http2Layout): Record<string, number> {
+  for (const field of FOUR_BYTE_FIELDS) {
+    if (l[field] < 4) throw new RangeError(`Go probe layout: ${field} at byte ${l[field]}; a 4-byte field is read from the 4 bytes before it, so it must be at 4 or more`);
+  }
   return {
     STREAM_CONN: l.streamConn,
     STREAM_ID: l.streamId,
@@ -108,6 +121,15 @@ function fill(text: string, values: Record<string, string | number>): string {
 
 const nonEmpty = (section: string[]): string[] => section.filter((line) => line.trim() !== "");
 
+/** `text` with each `offsetof(struct S, F)` replaced by the kernel's offset of S.F. */
+function fillKernelOffsets(text: string, offsets: Readonly<Record<string, number>>): string {
+  return text.replace(OFFSETOF, (_, struct: string, field: string) => {
+    const offset = offsets[`${struct}.${field}`];
+    if (offset === undefined) throw new RangeError(`${TEMPLATE}: the kernel's offset of ${struct}.${field} is not known`);
+    return String(offset);
+  });
+}
+
 /** `text` with each line that is only a fragment's placeholder (`__PRINT_PATH__`) replaced by the fragment. */
 function withFragments(text: string, fragments: Record<string, string>): string {
   return text.replace(/^__([A-Z_]+)__$/gm, (placeholder, name: string) => fragments[name] ?? placeholder);
@@ -131,7 +153,6 @@ export function renderGoProgram(target: GoProbeTarget): string {
   const fragments: Record<string, string> = {
     SOCKET_OF_CC: nonEmpty(t["socket-of-cc"]).join("\n"),
     PEER_OF_SOCKET: nonEmpty(t["peer-of-socket"]).join("\n"),
-    PEER_ADDRESS: nonEmpty(t["peer-address"]).join("\n"),
     PRINT_PATH: nonEmpty(t["print-path"]).join("\n"),
   };
   // A request printed from its slot prints its peer and its path too.
@@ -141,7 +162,7 @@ export function renderGoProgram(target: GoProbeTarget): string {
     return HTTP2_FUNCTIONS.map((fn) => {
       const location = family.functions[fn];
       const text = withFragments(nonEmpty(t[fn]).join("\n"), fragments);
-      const probe = fill(text, { ...offsets, ANSWER_WATCH_NS: answerWatchNs.toString(), BINARY: target.binary, AT: attachPoint(target.probePlacement, family.name, fn, location), FOLLOWED, ANNOUNCE });
+      const probe = fill(fillKernelOffsets(text, target.kernelOffsets), { ...offsets, ANSWER_WATCH_NS: answerWatchNs.toString(), BINARY: target.binary, AT: attachPoint(target.probePlacement, family.name, fn, location), FOLLOWED, ANNOUNCE });
       return `// ${location.symbol}\n${probe}`;
     });
   });

@@ -14,6 +14,7 @@ import { BoundedMap } from "../../boundedMap.ts";
 import { inspectGoBinaryApart } from "../goBinary/inspectApart.ts";
 import type { GoBinaryInspected, GoBinaryReport, ProbePlacement } from "../goBinary/inspectGoBinary.ts";
 import { DEBUG_BUILD_ID_ROOT, probeSymbolsOf, removeProbeSymbols, writeProbeSymbols } from "../goBinary/probeSymbolFile.ts";
+import { kernelBtf } from "../probe/probeProgram.ts";
 import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
@@ -149,6 +150,11 @@ export class GoProbes {
       if (inspected.unverifiedLayout) this.#unverified.add(pid);
       return;
     }
+    const kernelOffsets = kernelBtf().offsets;
+    if (typeof kernelOffsets === "string") {
+      this.#o.log.warnRateLimited("go-probes-kernel-offsets", "Go HTTP/2 client found, but its program reads the kernel's sockets at field offsets from the kernel's BTF, which are not known: socket path only", { pid, reason: kernelOffsets });
+      return;
+    }
     this.#latestPid.set(key, pid);
     const latestPid = (): number => this.#latestPid.get(key) ?? pid;
     const exe = (of: number): string => this.#exe(of);
@@ -161,7 +167,7 @@ export class GoProbes {
       get path() {
         return binary.held ? held : exe(latestPid());
       },
-      render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), correlationWindowMs: this.#o.correlationWindowMs, ...follow }),
+      render: (file, follow) => renderGoProgram({ binary: file, families: inspected.families, probePlacement: this.#placement(key, pid, inspected), correlationWindowMs: this.#o.correlationWindowMs, kernelOffsets, ...follow }),
       flags: ["--unsafe"],
       env: { ...GO_PROBE_ENV },
       details: { file: binaryName(held, inspected.path), go: inspected.goVersion, families: inspected.families.map((f) => f.name) },

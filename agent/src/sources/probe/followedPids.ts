@@ -26,14 +26,18 @@
 import { EVERY_PROGRAM, FOLLOW_NET_BYTE, MAX_PROGRAM_ID } from "./followChannel.ts";
 import { TCP_STATE } from "../../vocabulary/tcpStates.ts";
 
-/** The predicate of every probe of a uprobe program that runs in a process's context. */
-export const FOLLOWED = "@lw_pids[(uint64)pid]";
+/**
+ * The predicate of every probe of a uprobe program that runs in a process's
+ * context. No cast (pid is a uint64 already): a cast in a uprobe makes
+ * bpftrace 0.17 load the probed file's DWARF (go_http2.bt, NO CASTS).
+ */
+export const FOLLOWED = "@lw_pids[pid]";
 
 /** Statements for the probes where a process's use of the file begins: its first hit prints its `follow` line. */
 export const ANNOUNCE = `
-	if (@lw_said[(uint64)pid] == 0) {
-		@lw_said[(uint64)pid] = 1;
-		printf("follow %llu %d %llu\\n", nsecs, pid, @lw_pids[(uint64)pid]);
+	if (@lw_said[pid] == 0) {
+		@lw_said[pid] = 1;
+		printf("follow %llu %d %llu\\n", nsecs, pid, @lw_pids[pid]);
 	}`;
 
 export interface FollowedPidsOptions {

@@ -64,6 +64,95 @@ export function kernelTypeUse(programs: readonly string[]): KernelTypeUse {
   return { structs, fields };
 }
 
+/**
+ * `offsetof(struct NAME, FIELD)` in a program's text: bpftrace 0.17 has no
+ * offsetof, so the agent replaces each with the field's byte offset in the
+ * running kernel (kernelFieldOffsets), for programs that read kernel memory
+ * without naming its types (go_http2.bt: a type named in a uprobe costs the
+ * probed binary's DWARF). FIELD may go through members (`__sk_common.skc_dport`).
+ */
+export const OFFSETOF = /\boffsetof\(struct ([A-Za-z_]\w*), ([A-Za-z_][\w.]*)\)/g;
+
+/** The fields programs take offsets of, as "struct.field" keys (`sock.__sk_common.skc_dport`); comments are not read. */
+export function kernelFieldsOf(programs: readonly string[]): string[] {
+  const fields = new Set<string>();
+  for (const text of programs) {
+    const code = text.replace(/\/\*[\s\S]*?\*\/|\/\/[^\n]*/g, "");
+    for (const m of code.matchAll(OFFSETOF)) fields.add(`${m[1]}.${m[2]}`);
+  }
+  return [...fields];
+}
+
+/**
+ * The byte offset of each "struct.field" key in `kernel` (a BTF): through
+ * members held by value, and through unnamed structs and unions, whose
+ * fields C reads as their parent's. A struct the BTF lacks, a field it does
+ * not have, a step through a pointer or a bit field is an error naming it.
+ */
+export function kernelFieldOffsets(kernel: Uint8Array, fields: readonly string[]): Record<string, number> {
+  const btf = new BtfReader(kernel);
+  const wanted = new Set(fields.map((key) => key.slice(0, key.indexOf("."))));
+  const structs = new Map<string, number>();
+  for (let id = 1; id <= btf.count && structs.size < wanted.size; id++) {
+    if (btf.kind(id) !== KIND.STRUCT || btf.vlen(id) === 0) continue;
+    const name = btf.name(btf.nameOffset(id));
+    if (wanted.has(name) && !structs.has(name)) structs.set(name, id);
+  }
+  const offsets: Record<string, number> = {};
+  for (const key of fields) {
+    const [structName, ...path] = key.split(".");
+    const root = structs.get(structName!);
+    if (root === undefined) throw new Error(`BTF: no struct ${structName} (for ${key})`);
+    let type = root;
+    let bits = 0;
+    for (const [i, step] of path.entries()) {
+      const found = memberOf(btf, type, step);
+      if (found === null) throw new Error(`BTF: struct ${structName} has no field ${path.slice(0, i + 1).join(".")}`);
+      bits += found.bits;
+      type = seeThrough(btf, found.type);
+      const kind = btf.kind(type);
+      if (i < path.length - 1 && kind !== KIND.STRUCT && kind !== KIND.UNION) {
+        throw new Error(`BTF: ${structName}.${path.slice(0, i + 1).join(".")} is not a struct or union held by value (kind ${kind}), so ${key} is not in it`);
+      }
+    }
+    if (bits % 8 !== 0) throw new Error(`BTF: ${key} starts at bit ${bits}, not on a byte`);
+    offsets[key] = bits / 8;
+  }
+  return offsets;
+}
+
+/** Member `name` of struct or union `id`, at its bit offset, looked for in its unnamed members too. */
+function memberOf(btf: BtfReader, id: number, name: string): { type: number; bits: number } | null {
+  for (let i = 0; i < btf.vlen(id); i++) {
+    const at = btf.dataAt(id) + 12 * i;
+    const memberName = btf.name(btf.u32(at));
+    const type = btf.u32(at + 4);
+    const offsetWord = btf.u32(at + 8);
+    // With the kind flag, the top 8 bits are a bit field's size, the rest its offset.
+    const bitfieldSize = btf.kindFlag(id) ? offsetWord >>> 24 : 0;
+    const bits = btf.kindFlag(id) ? offsetWord & 0xffffff : offsetWord;
+    if (memberName === name) {
+      if (bitfieldSize !== 0) throw new Error(`BTF: field ${name} is a bit field of ${bitfieldSize} bits`);
+      return { type, bits };
+    }
+    if (memberName === "") {
+      const inner = seeThrough(btf, type);
+      const kind = btf.kind(inner);
+      if (kind !== KIND.STRUCT && kind !== KIND.UNION) continue;
+      const found = memberOf(btf, inner, name);
+      if (found !== null) return { type: found.type, bits: bits + found.bits };
+    }
+  }
+  return null;
+}
+
+/** The type under typedefs and qualifiers. */
+function seeThrough(btf: BtfReader, id: number): number {
+  let type = id;
+  while (type !== 0 && SEE_THROUGH.has(btf.kind(type))) type = btf.third(type);
+  return type;
+}
+
 /** A BTF blob read in place: each type's byte offset, by id. */
 class BtfReader {
   readonly #view: DataView;

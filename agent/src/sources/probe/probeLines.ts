@@ -12,11 +12,17 @@
 //         truncates a %d to 32 bits whatever the value's type
 //   bool  a decimal integer, to true unless 0      %d
 //   word  one space-free word (ntop's address)     %s
+//   address  a peer's address: a word, or an IPv6   %s, %016llx%016llx
+//         address's 16 bytes as two little-endian words in hex (a Go program
+//         cannot hand ntop an IPv6 address: go_http2.bt, NO CASTS), parsed
+//         to the text ntop would print
 //   rest  the rest of the line, spaces included    %s (last field only: comm)
 // Field keys are the record's keys; the headers name them in UPPER_SNAKE_CASE
 // (headerName). Record keys come in the table's order.
 
-export type FieldType = "int" | "u64" | "bool" | "word" | "rest";
+import { ipv6Text } from "../../ipAddress.ts";
+
+export type FieldType = "int" | "u64" | "bool" | "word" | "address" | "rest";
 
 const HELLO = { ts: "u64", agentPid: "int" } as const;
 const TICK = { ts: "u64" } as const;
@@ -67,12 +73,12 @@ export const PROBE_FAMILIES = {
     // its peer is its process's go_peer (port 0, addr "go_peer"); 1 or 2,
     // printed as it went out (go_http2.bt, IN FLIGHT). Its go_path lines
     // follow. (0: record format 4, its path came before the line that needed it.)
-    go_request: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64", streamId: "int", pathLen: "int", pathNow: "int", method: "word", port: "int", addr: "word" },
+    go_request: { ts: "u64", pid: "int", tid: "int", conn: "u64", stream: "u64", streamId: "int", pathLen: "int", pathNow: "int", method: "word", port: "int", addr: "address" },
     // One piece of a request's URL path (long paths come in several): right
     // after its go_request (format 4: also right before the line its death or answer printed).
     go_path: { pid: "int", stream: "u64", offset: "int", part: "rest" },
     // The peer of the process's first request kept in the kernel, whose requests @go_sent counts.
-    go_peer: { ts: "u64", pid: "int", port: "int", addr: "word" },
+    go_peer: { ts: "u64", pid: "int", port: "int", addr: "address" },
     // The process exited, or the agent let it go: its last count of requests kept in the kernel (the @go_sent map between).
     go_sent: { ts: "u64", pid: "int", sent: "u64" },
     // A response's :status (format 4's go_headers lines, `:status N`, are read as these).
@@ -80,7 +86,7 @@ export const PROBE_FAMILIES = {
     go_reset: { ts: "u64", pid: "int", conn: "u64", streamId: "int", code: "int" },
     go_goaway: { ts: "u64", pid: "int", conn: "u64", lastStreamId: "int", code: "int" },
     // The connection's read loop ended; state is its TCP state then (7 CLOSE, 8 CLOSE_WAIT; 0 unreadable).
-    go_conn_closed: { ts: "u64", pid: "int", conn: "u64", state: "int", port: "int", addr: "word" },
+    go_conn_closed: { ts: "u64", pid: "int", conn: "u64", state: "int", port: "int", addr: "address" },
     // The client reset one of its streams (it gave up, or its write failed): code is the RST_STREAM's error code.
     go_abort: { ts: "u64", pid: "int", tid: "int", conn: "u64", streamId: "int", code: "int" },
     tick: TICK,
@@ -111,6 +117,7 @@ export const PRINTF_CONVERSIONS: Record<FieldType, readonly string[]> = {
   u64: ["%llu"],
   bool: ["%d"],
   word: ["%s"],
+  address: ["%s", "%016llx%016llx"],
   rest: ["%s"],
 };
 
@@ -131,6 +138,7 @@ interface ValueOf {
   u64: bigint;
   bool: boolean;
   word: string;
+  address: string;
   rest: string;
 }
 
@@ -153,6 +161,19 @@ const FIELD_LISTS = new Map<string, [string, FieldType][]>(Object.entries(PROBE_
  * line split on single spaces). Null when the shape is wrong: too few or too
  * many words, or a numeric field that is not a decimal integer.
  */
+const IPV6_WORDS = /^([0-9a-f]{16})([0-9a-f]{16})$/;
+
+/** An address word as ntop prints it: an IPv6 address printed as two little-endian words in hex becomes its text. */
+function addressOf(word: string): string {
+  const m = IPV6_WORDS.exec(word);
+  if (m === null) return word;
+  const bytes = new Uint8Array(16);
+  const view = new DataView(bytes.buffer);
+  view.setBigUint64(0, BigInt(`0x${m[1]}`), true);
+  view.setBigUint64(8, BigInt(`0x${m[2]}`), true);
+  return ipv6Text(bytes);
+}
+
 export function parsePrintfFields(kind: PrintfKind, words: string[]): PrintfRecord | null {
   const fields = FIELD_LISTS.get(kind)!;
   const hasRest = fields.at(-1)?.[1] === "rest";
@@ -165,6 +186,7 @@ export function parsePrintfFields(kind: PrintfKind, words: string[]): PrintfReco
     else if (type === "u64") record[key] = BigInt(word);
     else if (type === "bool") record[key] = word !== "0";
     else if (type === "word") record[key] = word;
+    else if (type === "address") record[key] = addressOf(word);
     else record[key] = words.slice(i).join(" ");
   }
   return record as PrintfRecord;

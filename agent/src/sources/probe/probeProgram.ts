@@ -5,6 +5,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { z } from "zod";
 import { childEnv, scriptBeside } from "../../childScript.ts";
 import { dirAbove } from "../../installPaths.ts";
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
@@ -150,7 +151,12 @@ interface KernelBtf {
   cutBytes: number | null;
   /** Why the kernel's whole BTF is given instead of the cut; null when cut. */
   error: string | null;
+  /** The byte offsets of the kernel fields the programs take (`offsetof(struct S, F)`, kernelBtf.ts), by "S.F"; a string: why there are none. */
+  offsets: Readonly<Record<string, number>> | string;
 }
+
+/** What the cut's process prints. */
+const CUT_ANSWER = z.union([z.object({ offsets: z.record(z.string(), z.number().int().nonnegative()) }), z.object({ offsetsError: z.string() })]);
 
 let kernelBtfMade: KernelBtf | undefined;
 
@@ -171,7 +177,10 @@ export function kernelBtf(): KernelBtf {
 }
 
 function cutKernelBtf(): KernelBtf {
-  if (!existsSync(KERNEL_BTF)) return { file: null, kernelBytes: null, cutBytes: null, error: `${KERNEL_BTF} does not exist` };
+  if (!existsSync(KERNEL_BTF)) {
+    const error = `${KERNEL_BTF} does not exist`;
+    return { file: null, kernelBytes: null, cutBytes: null, error, offsets: `the kernel's field offsets are read from its BTF: ${error}` };
+  }
   let kernelBytes: number | null = null;
   try {
     kernelBytes = statSync(KERNEL_BTF).size;
@@ -188,9 +197,12 @@ function cutKernelBtf(): KernelBtf {
       const why = child.error?.message ?? (child.signal !== null ? `killed by ${child.signal}` : `exit code ${child.status}`);
       throw new Error(`the cut's process failed (${why}): ${child.stderr.trim().slice(-2048)}`);
     }
-    return { file, kernelBytes, cutBytes: statSync(file).size, error: null };
+    const answer = CUT_ANSWER.parse(JSON.parse(child.stdout));
+    const offsets = "offsets" in answer ? answer.offsets : `the kernel's field offsets: ${answer.offsetsError}`;
+    return { file, kernelBytes, cutBytes: statSync(file).size, error: null, offsets };
   } catch (error) {
-    return { file: KERNEL_BTF, kernelBytes, cutBytes: null, error: error instanceof Error ? error.message : String(error) };
+    const why = error instanceof Error ? error.message : String(error);
+    return { file: KERNEL_BTF, kernelBytes, cutBytes: null, error: why, offsets: `the kernel's field offsets are read by the BTF cut's process, which failed: ${why}` };
   }
 }
 

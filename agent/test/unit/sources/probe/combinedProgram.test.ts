@@ -13,9 +13,9 @@ BEGIN {
 }
 
 /* a block comment { with a brace */
-uprobe:/proc/9/fd/3:SSL_read /@lw_pids[(uint64)pid]/ {
+uprobe:/proc/9/fd/3:SSL_read /@lw_pids[pid]/ {
 	// a comment with a brace }
-	@rd[pid, tid] = arg0; printf("follow %llu %d %llu\\n", nsecs, pid, @lw_pids[(uint64)pid]);
+	@rd[pid, tid] = arg0; printf("follow %llu %d %llu\\n", nsecs, pid, @lw_pids[pid]);
 	if (arg0 != 0) { printf("a string with @at and {braces} and \\"quotes\\"\\n"); }
 }
 
@@ -27,7 +27,7 @@ END {
 void describe("combined uprobe programs", { timeout: 10_000 }, () => {
   void it("splits a program into its top-level blocks, comments and braces in strings and comments left out", () => {
     const blocks = programBlocks(PART);
-    assert.deepEqual(blocks.map((b) => b.header), ["BEGIN", "uprobe:/proc/9/fd/3:SSL_read /@lw_pids[(uint64)pid]/", "END"]);
+    assert.deepEqual(blocks.map((b) => b.header), ["BEGIN", "uprobe:/proc/9/fd/3:SSL_read /@lw_pids[pid]/", "END"]);
     assert.match(blocks[1]!.body, /if \(arg0 != 0\) \{ printf/);
     assert.doesNotMatch(blocks[1]!.body, /comment/);
   });
@@ -43,8 +43,8 @@ void describe("combined uprobe programs", { timeout: 10_000 }, () => {
     assert.equal(text.match(/^END \{/gm)?.length, 1);
     for (const id of [3, 17]) {
       assert.ok(text.includes(`@lw_pids__${id}[(uint64)42] = nsecs;`), `part ${id}'s BEGIN`);
-      assert.ok(text.includes(`uprobe:/proc/9/fd/3:SSL_read /@lw_pids__${id}[(uint64)pid]/ {`), `part ${id}'s predicate`);
-      assert.ok(text.includes(`@rd__${id}[pid, tid] = arg0; printf("#${id} follow %llu %d %llu\\n", nsecs, pid, @lw_pids__${id}[(uint64)pid]);`));
+      assert.ok(text.includes(`uprobe:/proc/9/fd/3:SSL_read /@lw_pids__${id}[pid]/ {`), `part ${id}'s predicate`);
+      assert.ok(text.includes(`@rd__${id}[pid, tid] = arg0; printf("#${id} follow %llu %d %llu\\n", nsecs, pid, @lw_pids__${id}[pid]);`));
       assert.ok(text.includes(`clear(@lw_pids__${id}); clear(@rd__${id});`), `part ${id}'s END`);
       assert.ok(text.includes(`printf("#${id} a string with @at and {braces} and \\"quotes\\"\\n")`), "strings as written");
     }

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
-import { describeBtf, kernelTypeUse, trimKernelBtf } from "../../../../src/sources/probe/kernelBtf.ts";
+import { describeBtf, kernelFieldOffsets, kernelFieldsOf, kernelTypeUse, trimKernelBtf } from "../../../../src/sources/probe/kernelBtf.ts";
 
 /** fixtures/btf/types.c's BTF, made by gcc (how: in the .c file). */
 const TYPES = readFileSync(new URL("../../../fixtures/btf/types.btf", import.meta.url));
@@ -53,6 +53,33 @@ void describe("kernelBtf", { timeout: 10_000 }, () => {
   it("leaves out a struct the kernel lacks", () => {
     const cut = describeBtf(trimKernelBtf(TYPES, kernelTypeUse(["(struct nowhere *)$x"])));
     assert.deepEqual(cut, []);
+  });
+
+  it("finds the offsetof() fields programs take, not those their comments name", () => {
+    const program = "// offsetof(struct nowhere, x)\n/* offsetof(struct gone, y) */\n$a = *kptr($r + offsetof(struct root, refs.counter)) + offsetof(struct root, name);";
+    assert.deepEqual(kernelFieldsOf([program, "offsetof(struct root, name)"]).sort(), ["root.name", "root.refs.counter"]);
+  });
+
+  it("gives each field's byte offset, through members held by value and unnamed unions", () => {
+    // types.c as gcc lays it out on amd64: eight 8-byte members after by_value's 4 bytes and padding.
+    assert.deepEqual(kernelFieldOffsets(TYPES, ["root.by_value", "root.read_me", "root.a", "root.b", "root.refs.counter", "root.by_value.x", "root.which", "root.name", "opened.deeper"]), {
+      "root.by_value": 0,
+      "root.read_me": 16,
+      "root.a": 32,
+      "root.b": 32,
+      "root.refs.counter": 64,
+      "root.by_value.x": 0,
+      "root.which": 92,
+      "root.name": 96,
+      "opened.deeper": 8,
+    });
+  });
+
+  it("names the struct or field it cannot give an offset of", () => {
+    assert.throws(() => kernelFieldOffsets(TYPES, ["nowhere.x"]), /BTF: no struct nowhere \(for nowhere\.x\)/);
+    assert.throws(() => kernelFieldOffsets(TYPES, ["root.missing"]), /BTF: struct root has no field missing/);
+    assert.throws(() => kernelFieldOffsets(TYPES, ["root.read_me.y"]), /root\.read_me is not a struct or union held by value/);
+    assert.throws(() => kernelFieldOffsets(TYPES, ["root.bits"]), /field bits is a bit field of 3 bits/);
   });
 
   it("names what is wrong with input that is not BTF", () => {

@@ -12,6 +12,7 @@ import { parseProbeLine } from "../../../../src/sources/probe/probeOutput.ts";
 import { HTTP2_LAYOUTS } from "../../../../src/sources/goBinary/http2Layouts.ts";
 import { HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2Function } from "../../../../src/sources/goBinary/http2Families.ts";
 import { renderGoProgram } from "../../../../src/sources/goHttp2/goProbeProgram.ts";
+import { KERNEL_OFFSETS } from "../../../kernelOffsets.ts";
 import { probeSymbolName } from "../../../../src/sources/goBinary/probeSymbolFile.ts";
 import { renderTlsProgram, TLS_ANSWER_MIN_BYTES } from "../../../../src/sources/tls/tlsProbeProgram.ts";
 import { repoPath } from "../../../repoPath.ts";
@@ -140,6 +141,21 @@ void describe("the printf line table", () => {
     assert.equal(recordTypesUnchanged, true);
   });
 
+  void it("reads a Go program's IPv6 peer, printed as two little-endian words in hex, as the text ntop prints", () => {
+    const peer = (addr: string): unknown => {
+      const result = parseProbeLine(JSON.stringify({ type: "printf", data: `go_peer 1 42 6443 ${addr}\n` }));
+      return result.ok && result.record.type === "go_peer" ? result.record.addr : result;
+    };
+    // The bytes of fd00::1 are fd 00 … 00 01: the first word's lowest byte is fd, the second's highest 01.
+    assert.equal(peer("00000000000000fd0100000000000000"), "fd00::1");
+    assert.equal(peer("00000000000000000100000000000000"), "::1");
+    assert.equal(peer("00000000000000000100007fffff0000"), "::ffff:127.0.0.1");
+    assert.equal(peer("00000000b80d01200000010000000000"), "2001:db8::1:0");
+    // What ntop printed passes as it is.
+    assert.equal(peer("127.0.0.1"), "127.0.0.1");
+    assert.equal(peer("fd00::1"), "fd00::1");
+  });
+
   void it("has a rest-of-line field only last, and distinct header names", () => {
     for (const kind of KINDS) {
       const fields = fieldsOf(kind);
@@ -151,8 +167,8 @@ void describe("the printf line table", () => {
   });
 
   void it("parses a line built from the table into a record with every field", () => {
-    const sample: Record<FieldType, string> = { int: "-7", u64: "18446744073709551615", bool: "1", word: "::1", rest: "my op" };
-    const value: Record<FieldType, unknown> = { int: -7, u64: 18446744073709551615n, bool: true, word: "::1", rest: "my op" };
+    const sample: Record<FieldType, string> = { int: "-7", u64: "18446744073709551615", bool: "1", word: "::1", address: "00000000000000fd0100000000000000", rest: "my op" };
+    const value: Record<FieldType, unknown> = { int: -7, u64: 18446744073709551615n, bool: true, word: "::1", address: "fd00::1", rest: "my op" };
     for (const kind of KINDS) {
       const fields = fieldsOf(kind);
       const line = [kind, ...fields.map(([, type]) => sample[type])].join(" ");
@@ -183,7 +199,7 @@ const goFamilies = HTTP2_FAMILY_NAMES.map((name, f) => ({
   layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
   functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, goLocation(HTTP2_SYMBOLS[name][fn], 0x1000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof goLocation>>,
 }));
-const renderedGo = (): string => renderGoProgram({ binary: "/proc/9/fd/12", families: goFamilies, programId: 3, pids: [42, 7], execWatch: true });
+const renderedGo = (): string => renderGoProgram({ binary: "/proc/9/fd/12", families: goFamilies, programId: 3, pids: [42, 7], execWatch: true, kernelOffsets: KERNEL_OFFSETS });
 
 for (const probe of PROBES) {
   const kinds =
@@ -237,13 +253,13 @@ void describe("the generated Go HTTP/2 program", () => {
     for (const [, binary, offset, filter] of probes) {
       assert.equal(binary, "/proc/9/fd/12");
       assert.ok(offsets.has(parseInt(offset!, 16)), `offset 0x${offset}`);
-      assert.equal(filter, "@lw_pids[(uint64)pid]");
+      assert.equal(filter, "@lw_pids[pid]");
     }
     assert.doesNotMatch(text, /uretprobe/, "never a return probe on Go code");
   });
 
   void it("reads each family's request at its layout's offsets: Go 1.27's ClientRequest has a Context before Method and URL", () => {
-    const methodReads = [...text.matchAll(/\$method = \*\(uint64 \*\)\(\$req \+ (\d+)\);\n.*\n\t*\$url = \*\(uint64 \*\)\(\$req \+ (\d+)\);/g)].map((m) => `${m[1]}/${m[2]}`);
+    const methodReads = [...text.matchAll(/\$method = \*uptr\(\$req \+ (\d+)\);\n.*\n\t*\$url = \*uptr\(\$req \+ (\d+)\);/g)].map((m) => `${m[1]}/${m[2]}`);
     // Where each request goes out, and where five probes print a request the kernel kept.
     assert.deepEqual(methodReads, HTTP2_FAMILY_NAMES.flatMap((name) => Array<string>(6).fill(name === "internal" ? "16/32" : "0/16")));
   });
@@ -256,14 +272,14 @@ void describe("the generated Go HTTP/2 program", () => {
       layout: HTTP2_LAYOUTS.find((row) => row.family === name)!.layout,
       functions: Object.fromEntries(HTTP2_FUNCTIONS.map((fn, i) => [fn, atEntry(HTTP2_SYMBOLS[name][fn], 0x500000 * (f + 1) + 0x10 * i)])) as Record<Http2Function, ReturnType<typeof atEntry>>,
     }));
-    const withSymbols = renderGoProgram({ binary: "/proc/9/fd/12", families: large, probePlacement: "entry", programId: 3, pids: [42], execWatch: false });
+    const withSymbols = renderGoProgram({ binary: "/proc/9/fd/12", families: large, probePlacement: "entry", programId: 3, pids: [42], execWatch: false, kernelOffsets: KERNEL_OFFSETS });
     const attached = [...withSymbols.matchAll(/^uprobe:\S+:0x([0-9a-f]+) /gm)].map((m) => parseInt(m[1]!, 16));
     assert.deepEqual(attached, large.flatMap((f) => HTTP2_FUNCTIONS.map((fn) => f.functions[fn].vaddr)));
   });
 
   void it("with the jumps named in a debug file, attaches by those names, and at the address where a function has no jump", () => {
     const named = goFamilies.map((family) => ({ ...family, functions: { ...family.functions, cleanup: { ...family.functions.cleanup, branchVaddr: null } } }));
-    const program = renderGoProgram({ binary: "/proc/9/fd/12", families: named, probePlacement: "named branch", programId: 3, pids: [42], execWatch: false });
+    const program = renderGoProgram({ binary: "/proc/9/fd/12", families: named, probePlacement: "named branch", programId: 3, pids: [42], execWatch: false, kernelOffsets: KERNEL_OFFSETS });
     const attached = [...program.matchAll(/^uprobe:\S+:(\S+) /gm)].map((m) => m[1]!);
     assert.deepEqual(
       attached,
@@ -280,16 +296,37 @@ void describe("the generated Go HTTP/2 program", () => {
   });
 
   void it("refuses targets it cannot express, naming the value", () => {
-    const follow = { programId: 0, pids: [1], execWatch: false };
+    const follow = { programId: 0, pids: [1], execWatch: false, kernelOffsets: KERNEL_OFFSETS };
     assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, pids: [-1] }), /positive integer, got -1/);
     assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, programId: 255 }), /program id: expected 0…254, got 255/);
     assert.throws(() => renderGoProgram({ binary: '/a "b', families, ...follow }), /quotes or spaces: "\/a "b"/);
     assert.throws(() => renderGoProgram({ binary: "/x", families: [], ...follow }), /no HTTP\/2 family/);
     assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, correlationWindowMs: -1 }), /correlationWindowMs: expected a duration in ms, got -1/);
+    const withoutSk = Object.fromEntries(Object.entries(KERNEL_OFFSETS).filter(([field]) => field !== "socket.sk"));
+    assert.throws(() => renderGoProgram({ binary: "/x", families, ...follow, kernelOffsets: withoutSk }), /the kernel's offset of socket\.sk is not known/);
+    const early = families.map((f) => ({ ...f, layout: { ...f.layout, rstErrCode: 2 } }));
+    assert.throws(() => renderGoProgram({ binary: "/x", families: early, ...follow }), /rstErrCode at byte 2; a 4-byte field is read from the 4 bytes before it/);
+  });
+
+  void it("names no type in a uprobe (no cast, no field read through a pointer, no args), so bpftrace never loads the binary's DWARF", () => {
+    const uprobes = [...text.matchAll(/^uprobe:[^\n]*\{\n[\s\S]*?^\}$/gm)].map((m) => m[0]);
+    assert.equal(uprobes.length, HTTP2_FAMILY_NAMES.length * HTTP2_FUNCTIONS.length);
+    for (const probe of uprobes) {
+      assert.doesNotMatch(probe, /\((?:struct|union|enum)\s+\w+|\((?:u?int(?:8|16|32|64)|char|void)\b[\s*]*\)/, "a cast");
+      assert.doesNotMatch(probe, /->|\bargs\b/, "a field read through a pointer, or args");
+      assert.doesNotMatch(probe, /offsetof/, "every offsetof replaced by the kernel's offset");
+    }
+  });
+
+  void it("reads the kernel's socket at the running kernel's offsets", () => {
+    const other = { ...KERNEL_OFFSETS, "socket.sk": 9999, "task_struct.files": 7777 };
+    const program = renderGoProgram({ binary: "/x", families, programId: 0, pids: [1], execWatch: false, kernelOffsets: other });
+    assert.match(program, /\$sk = \*kptr\(\*kptr\(\$file \+ 24\) \+ 9999\);/);
+    assert.match(program, /\*kptr\(\$task \+ 7777\)/);
   });
 
   void it("prints a process's 2xx answers with their paths for the correlation window and its margin after a rejection, no longer", () => {
-    const program = renderGoProgram({ binary: "/x", families, programId: 0, pids: [1], execWatch: false, correlationWindowMs: 2000 });
+    const program = renderGoProgram({ binary: "/x", families, programId: 0, pids: [1], execWatch: false, correlationWindowMs: 2000, kernelOffsets: KERNEL_OFFSETS });
     assert.match(program, /nsecs - @go_rejected\[pid\] < 12000000000\)/);
   });
 });
@@ -311,9 +348,9 @@ void describe("the generated TLS program", () => {
     ]);
     for (const [, , file, , filter] of uprobes) {
       assert.equal(file, library);
-      assert.equal(filter, "@lw_pids[(uint64)pid]");
+      assert.equal(filter, "@lw_pids[pid]");
     }
-    assert.match(text, /^tracepoint:sock:sock_send_length \/@lw_pids\[\(uint64\)pid\]\/ \{$/m, "sockets are learned from the followed pids' sends only");
+    assert.match(text, /^tracepoint:sock:sock_send_length \/@lw_pids\[pid\]\/ \{$/m, "sockets are learned from the followed pids' sends only");
     assert.match(text, /^tracepoint:sock:inet_sock_set_state \{$/m, "a close is seen in any context: a reset comes in softirq");
   });
 

@@ -11,6 +11,7 @@ import { HTTP2_LAYOUTS } from "../../../../src/sources/goBinary/http2Layouts.ts"
 import { HTTP2_FAMILY_NAMES, HTTP2_FUNCTIONS, HTTP2_SYMBOLS, type Http2Function } from "../../../../src/sources/goBinary/http2Families.ts";
 import { renderGoProgram } from "../../../../src/sources/goHttp2/goProbeProgram.ts";
 import { renderTlsProgram } from "../../../../src/sources/tls/tlsProbeProgram.ts";
+import { KERNEL_OFFSETS } from "../../../kernelOffsets.ts";
 import { repoPath } from "../../../repoPath.ts";
 
 const fixture = (name: string): string => readFileSync(repoPath(`agent/test/fixtures/programs/${name}`), "utf8");
@@ -33,7 +34,7 @@ function firstDifference(want: string, got: string): string {
 }
 
 const RENDERED = {
-  "go-http2.bt": () => renderGoProgram({ binary: "/proc/9/fd/12", families, programId: 3, pids: [42, 7], execWatch: true }),
+  "go-http2.bt": () => renderGoProgram({ binary: "/proc/9/fd/12", families, programId: 3, pids: [42, 7], execWatch: true, kernelOffsets: KERNEL_OFFSETS }),
   "tls.bt": () => renderTlsProgram({ library: "/host/proc/42/root/usr/lib/x86_64-linux-gnu/libssl.so.3", programId: 4, pids: [42, 7, 42], execWatch: false }),
   "tls-exec-watch.bt": () => renderTlsProgram({ library: "/proc/1/fd/3", programId: 0, pids: [], execWatch: true }),
 };
