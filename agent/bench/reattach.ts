@@ -11,7 +11,7 @@
 // takes CPU: other bpftrace processes on the machine (listed per kill) slow it.
 import { median } from "./costTable.ts";
 import { attachedBpftracePids, descendants, liveComm, sleep } from "./agentRun.ts";
-import { followLog, startAgentProcess, sumMetric, waitFor } from "../test/e2e/support/agentProcess.ts";
+import { startAgentProcess, sumMetric, waitFor } from "../test/e2e/support/agentProcess.ts";
 
 const USAGE = "usage: node_modules/.bin/node agent/bench/reattach.ts [kills=20]   (root, bpftrace)";
 const READY_TIMEOUT_MS = 60_000;
@@ -35,8 +35,7 @@ if (!Number.isInteger(kills) || kills < 1) {
 
 const agent = await startAgentProcess(["--target-pid", String(process.pid), "--apiserver", "127.0.0.1:1"]);
 const agentPid = agent.child.pid!;
-// The agent's log, a line at a time (a chunk may end mid-line).
-const log = followLog(agent.child);
+const log = agent.log;
 const restartLine = (kill: number): LogLine | undefined =>
   log.filter((line) => line.msg === "bpftrace exited; restarting")[kill - 1];
 

@@ -18,7 +18,7 @@ import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apise
 import { buildCrOperator } from "../../../testbed/cr-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
-import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
 const WIDGETS = "demo.lostwrite.dev/v1/widgets";
@@ -84,7 +84,7 @@ describe("a controller-runtime operator's lost status writes, from uprobes on it
       // The default span grace: a new operator's first spans may still be in
       // its exporter's batch when its first write is lost.
     ]);
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
   });
 
   after(async () => {

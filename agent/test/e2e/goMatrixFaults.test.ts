@@ -18,7 +18,7 @@ import { MATRIX_CELLS } from "../../../testbed/go-matrix/cells.ts";
 import { cellSkip, cellToolchainMissing } from "../../../testbed/go-matrix/cellToolchain.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { inspectGoBinary } from "../../src/sources/goBinary/inspectGoBinary.ts";
-import { followLog, startAgentProcess, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { goOperatorFaults, type FaultRow, type GoOperatorFaults, type OperatorClient } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
@@ -44,7 +44,7 @@ describe("Go request verdicts on every cell of the Go × x/net matrix", { skip: 
       // its losses wait for its first spans rather than race them.
       "--span-grace", "60s",
     ]);
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
     faults = goOperatorFaults(api, agent, agentLog);
   });
 

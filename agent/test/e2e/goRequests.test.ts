@@ -19,7 +19,7 @@ import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apise
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { repoPath } from "../repoPath.ts";
-import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { goOperatorFaults, loggedFor, type GoOperatorFaults, type Operator } from "./support/goOperatorFaults.ts";
 import { daemonSetShape, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
@@ -55,7 +55,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       "--correlation-window", RETRY_WAIT,
       "--span-grace", "0s",
     ]);
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
     faults = goOperatorFaults(api, agent, agentLog);
   });
 
@@ -186,7 +186,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       "--target-comm", "^go-operator$", "--apiserver", `127.0.0.1:${api.port}`,
       "--correlation-window", RETRY_WAIT, "--span-grace", "0s", "--record", recording,
     ]);
-    const recorderLog = followLog(recorder.child);
+    const recorderLog = recorder.log;
     try {
       const op = await faults.startOperator(binaries.stripped, "xnet", "recorded");
       try {
@@ -221,7 +221,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       { LOSTWRITE_PROC_ROOT: shape.procRoot },
       { wrap: (argv) => inDeployedShape(argv, shape) },
     );
-    const shapedLog = followLog(shaped.child);
+    const shapedLog = shaped.log;
     try {
       const op = await faults.startOperator(binaries.stripped, "xnet", "shaped");
       try {

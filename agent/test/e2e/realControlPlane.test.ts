@@ -34,7 +34,7 @@ import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
 import type { PrintfRecordOf } from "../../src/sources/probe/probeLines.ts";
 import { parseProbeLine } from "../../src/sources/probe/probeOutput.ts";
-import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { operatorCmdline, startCrOperator, type CrOperator, type CrOperatorMode } from "./support/crOperator.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
@@ -123,7 +123,7 @@ describe("the real kube-apiserver: status writes lost as production loses them, 
       // its exporter's batch when its first write is lost.
       "--record", recording,
     ]);
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
     operators.careful = await startOperator("careful");
     operators.silent = await startOperator("silent");
     goProbeRestartsBefore = await agent.metric("lostwrite_go_probe_restarts_total");

@@ -21,7 +21,7 @@ import { startControlPlane, type ControlPlane } from "../../../testbed/controlpl
 import { WIDGET_GROUP, WIDGET_VERSION } from "../../../testbed/controlplane/widgets.ts";
 import { buildCrOperator } from "../../../testbed/cr-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
-import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { operatorCmdline, startCrOperator, type CrOperator, type CrOperatorMode } from "./support/crOperator.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
@@ -68,7 +68,7 @@ describe("the real kube-apiserver, ten minutes of reconciling without a fault: n
       "--correlation-window", CORRELATION_WINDOW,
       "--span-grace", "0s",
     ]);
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
     for (const mode of ["careful", "silent"] as CrOperatorMode[]) {
       const namespace = `soak-${mode}`;
       await cp.ensureNamespace(namespace);

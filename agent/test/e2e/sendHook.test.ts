@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
-import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
@@ -91,7 +91,7 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
     const op = operator!.pid!;
     // Targets by pid only: no rule can make a program started later a target.
     const agent: AgentProcess = await startAgentProcess(["--target-pid", String(op), "--apiserver", `127.0.0.1:${api.port}`, "--span-grace", "0s", "--correlation-window", "1s"]);
-    const log: LogLine[] = followLog(agent.child);
+    const log: LogLine[] = agent.log;
     try {
       await waitFor(`the Go probe to follow the operator [${op}]`, () => loggedFor(log, "Go probe follows", op), 60_000);
       // The socket probe started before the Go probe followed the operator, so with the hook.

@@ -9,7 +9,7 @@ import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import os from "node:os";
 import path from "node:path";
 import { describe, it, type TestContext } from "node:test";
-import { followLog, startAgentProcess, sumMetric, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, sumMetric, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernel } from "./support/kernelRequirements.ts";
 
 /** bpftrace processes whose parent chain leads to `ancestor`. */
@@ -190,7 +190,7 @@ describe("supervision", { skip: skipWithoutKernel(), timeout: 420_000 }, () => {
     assertKernelRequirements();
     const kills = 5;
     const agent = await startAgentProcess(["--target-pid", String(process.pid), "--apiserver", "127.0.0.1:1"]);
-    const log = followLog(agent.child);
+    const log = agent.log;
     const reattachMs: number[] = [];
     try {
       for (let kill = 0; kill < kills; kill++) {
@@ -244,7 +244,8 @@ describe("supervision", { skip: skipWithoutKernel(), timeout: 420_000 }, () => {
     try {
       // Start-up waits for the first attach, i.e. through the crash loop.
       agent = await startAgentProcess(["--target-pid", String(process.pid), "--apiserver", "127.0.0.1:1", "--bpftrace", fake]);
-      const log = followLog(agent.child);
+      // What it logs from now on: the crash loop's restart lines came before.
+      const logFrom = agent.log.length;
       const starts = readFileSync(path.join(dir, "starts"), "utf8").trim().split("\n").map(Number);
       assert.equal(starts.length, crashes + 1, "three crashes, then the start that attached");
       assert.equal(await agent.metric("lostwrite_probe_restarts_total", { reason: "exited" }), crashes);
@@ -267,7 +268,7 @@ describe("supervision", { skip: skipWithoutKernel(), timeout: 420_000 }, () => {
       // Once it ran healthy, a kill is restarted at once: the crash loop's backoff is forgotten.
       await sleep(1500);
       await killAndWaitForReattach(agent, crashes, 30_000);
-      const [afterKill] = restartLines(log);
+      const [afterKill] = restartLines(agent.log.slice(logFrom));
       assert.ok(afterKill, "a restart line for the kill");
       assert.equal(afterKill.afterHealthyRun, true, JSON.stringify(afterKill));
       assert.ok((afterKill.inMs as number) < 1000, `the backoff was reset: ${JSON.stringify(afterKill)}`);

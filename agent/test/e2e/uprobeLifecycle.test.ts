@@ -20,7 +20,7 @@ import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apise
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import type { LossEvent } from "../../src/model.ts";
-import { followLog, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
 
 const ONESHOT = path.join(path.dirname(fileURLToPath(import.meta.url)), "clients/lw_tls_oneshot.py");
@@ -62,7 +62,7 @@ describe("uprobe programs across process lifetimes, on the real kernel", { skip:
       "--span-grace", "0s",
       ...(process.env.LIFECYCLE_E2E_DEBUG ? ["--record", path.join(os.tmpdir(), "lifecycle-session.jsonl")] : []),
     ]);
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
   });
 
   after(async () => {

@@ -25,7 +25,7 @@ import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { tracepointAvailable } from "../../src/sources/probe/probeProgram.ts";
 import { TLS_TRACEPOINT } from "../../src/sources/tls/tlsProbeProgram.ts";
 import { repoPath } from "../repoPath.ts";
-import { followLog, freePort, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "../e2e/support/agentProcess.ts";
+import { freePort, startAgentProcess, waitFor, type AgentProcess, type LogLine } from "../e2e/support/agentProcess.ts";
 import { goOperatorFaults, type GoOperatorFaults } from "../e2e/support/goOperatorFaults.ts";
 import { runLwClient, watchedBy, type ClientStep } from "../e2e/support/lwClient.ts";
 import { resetOnMarkerServer, tlsResetServer } from "../e2e/support/resetServers.ts";
@@ -33,14 +33,6 @@ import { assertKernelRequirements, skipWithoutKernel } from "../e2e/support/kern
 import { kernelResultsTable, type KernelResults } from "./results.ts";
 
 const NODE = repoPath("node_modules/.bin/node");
-
-function logLine(text: string): LogLine | null {
-  try {
-    return JSON.parse(text) as LogLine;
-  } catch {
-    return null; // not one of the agent's log lines
-  }
-}
 
 const portOf = (server: net.Server): number => (server.address() as net.AddressInfo).port;
 
@@ -120,7 +112,7 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
       "--correlation-window", "2s",
       "--span-grace", "0s",
     ], {}, { readyTimeoutMs: AGENT_READY_MS });
-    agentLog = followLog(agent.child);
+    agentLog = agent.log;
     faults = goOperatorFaults(api, agent, agentLog);
   });
 
@@ -144,8 +136,8 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
   });
 
   it("loads the socket program in the variant the kernel allows", () => {
-    // Logged before the agent is ready, so before followLog began: read from everything it wrote.
-    const chosen = agent.stderr.map(logLine).find((line) => line?.msg === "probe variant chosen");
+    // Logged before the agent is ready: its log holds every line since it started.
+    const chosen = agent.log.find((line) => line.msg === "probe variant chosen");
     results.variant = (chosen?.variant as string | undefined) ?? null;
     results.families.push({ family: `socket program (${results.variant})`, loaded: results.variant !== null });
     assert.equal(results.variant, tracepointAvailable("sock/sock_send_length") ? "sockets" : "syscalls");
@@ -167,7 +159,7 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
     if (!tracepointAvailable(TLS_TRACEPOINT)) {
       // The program ties an SSL to its socket on a tracepoint this kernel lacks:
       // the agent says so once and never starts it; the reset is the wire's.
-      const warned = agent.stderr.map(logLine).some((line) => line?.level === "warn" && /TLS answers need/.test(String(line.msg)));
+      const warned = agent.log.some((line) => line.level === "warn" && /TLS answers need/.test(String(line.msg)));
       results.families.push({ family, loaded: false, notStarted: `the kernel lacks ${TLS_TRACEPOINT.replace("/", ":")}` });
       assert.ok(warned, "the agent warns that TLS answers need the tracepoint");
       await fault("connection reset, request unanswered (python TLS, socket path)", "connection_reset", async () => {
@@ -175,14 +167,14 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
         await waitFor("the connection_reset event", () => mine().length > 0, EVENT_WAIT_MS);
         return mine().map((e) => e.cause).join(", ");
       });
-      assert.ok(!agent.stderr.map(logLine).some((line) => typeof line?.msg === "string" && line.msg.startsWith("TLS probe")), "no TLS program started");
+      assert.ok(!agent.log.some((line) => typeof line.msg === "string" && line.msg.startsWith("TLS probe")), "no TLS program started");
       return;
     }
     // The client maps libssl at its start and waits for "go": the agent's TLS program attaches meanwhile.
     // A pid known when the program attaches is in its "attached" line; one added later gets a "follows" line.
     const tlsFollows = (pid: number): boolean =>
-      agent.stderr.map(logLine).some((line) =>
-        (line?.msg === "TLS probe follows" && line.pid === pid) || (line?.msg === "TLS probe attached" && (line.pids as number[]).includes(pid)));
+      agent.log.some((line) =>
+        (line.msg === "TLS probe follows" && line.pid === pid) || (line.msg === "TLS probe attached" && (line.pids as number[]).includes(pid)));
     let followed = false;
     try {
       await fault("connection reset, request unanswered (python TLS)", "connection_reset", async () => {

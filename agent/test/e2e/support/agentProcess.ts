@@ -21,6 +21,8 @@ export interface AgentProcess {
   otlpGrpcPort: number;
   events: LossEvent[];
   stderr: string[];
+  /** Its JSON log lines (stderr), every one since it started: a line logged while it was getting ready is in it too. */
+  log: LogLine[];
   metrics(): Promise<Map<string, number>>;
   metric(name: string, labels?: Record<string, string>): Promise<number>;
   stop(): Promise<void>;
@@ -56,15 +58,6 @@ interface ReadyLine {
   otlpGrpc: { port: number } | null;
 }
 
-function readyLine(text: string): ReadyLine | null {
-  try {
-    const line = JSON.parse(text) as { msg?: string } & ReadyLine;
-    return line.msg === "agent ready" ? line : null;
-  } catch {
-    return null; // not one of the agent's log lines
-  }
-}
-
 export interface StartAgentOptions {
   /** Runs the agent's command line inside something else (the deployed shape): returns the command to spawn. */
   wrap?: (argv: string[]) => string[];
@@ -89,6 +82,7 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
   const child = spawn(command!, commandArgs, { stdio: ["ignore", "pipe", "pipe"], env: agentEnv(env) });
   const events: LossEvent[] = [];
   const stderr: string[] = [];
+  const log: LogLine[] = [];
   let buffered = "";
   child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
     buffered += chunk;
@@ -106,9 +100,13 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
     stderr.push(...chunk.split("\n").filter(Boolean));
     partial += chunk;
     let nl: number;
-    while (announced.ready === null && (nl = partial.indexOf("\n")) !== -1) {
-      announced.ready = readyLine(partial.slice(0, nl));
+    while ((nl = partial.indexOf("\n")) !== -1) {
+      const text = partial.slice(0, nl);
       partial = partial.slice(nl + 1);
+      const line = logLine(text);
+      if (line === null) continue;
+      log.push(line);
+      if (announced.ready === null && line.msg === "agent ready") announced.ready = line as unknown as ReadyLine;
     }
   });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
@@ -143,6 +141,7 @@ export async function startAgentProcess(args: string[], env: NodeJS.ProcessEnv =
     otlpGrpcPort: otlpGrpc?.port ?? 0,
     events,
     stderr,
+    log,
     metrics,
     metric: async (name, labels) => sumMetric(await metrics(), name, labels),
     stop: async () => {
@@ -169,22 +168,12 @@ export interface LogLine {
   [field: string]: unknown;
 }
 
-/** The agent's JSON log lines (stderr) from now on, split on newlines across chunks. */
-export function followLog(child: ChildProcess): LogLine[] {
-  const lines: LogLine[] = [];
-  let buffered = "";
-  child.stderr!.on("data", (chunk: string | Buffer) => {
-    buffered += String(chunk);
-    let nl: number;
-    while ((nl = buffered.indexOf("\n")) !== -1) {
-      const text = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
-      try {
-        lines.push(JSON.parse(text) as LogLine);
-      } catch {
-        // not one of the agent's log lines
-      }
-    }
-  });
-  return lines;
+/** One of the agent's JSON log lines; null for any other text on its stderr (bpftrace's warnings). */
+function logLine(text: string): LogLine | null {
+  try {
+    const parsed: unknown = JSON.parse(text);
+    return typeof parsed === "object" && parsed !== null && "msg" in parsed ? (parsed as LogLine) : null;
+  } catch {
+    return null;
+  }
 }
