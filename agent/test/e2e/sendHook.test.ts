@@ -121,6 +121,7 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
       assert.deepEqual(events.map((e) => [e.cause, e.request?.path]), [["connection_reset", statusPath]]);
 
       // The Go program gone (killed): the operator is on the socket path again, and needs the hook.
+      // The agent restarts the Go program within a second; the socket probe, stopped for the hook, takes it all the same.
       for (const pid of probes.others) process.kill(pid, "SIGKILL");
       await waitFor(
         "the socket probe restarted with the send hook",

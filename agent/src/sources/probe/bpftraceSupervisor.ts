@@ -150,6 +150,14 @@ export class BpftraceSupervisor {
   private readonly stoppedForSendHook = new WeakSet<ResultPromise>();
   /** Whether the running socket probe has its send hook; null for another program. */
   private instanceSendHook: boolean | null = null;
+  /**
+   * The next socket probe starts with its send hook whatever the state says
+   * then: it was stopped to take it, and the need may have passed meanwhile
+   * (a Go program restarted while the probe stopped follows its target per
+   * request again). The restart, which forgets every connection, was paid
+   * for the hook; it is dropped at the next restart for another reason.
+   */
+  private sendHookOnNextStart = false;
   private attachedAt = 0;
   private readonly acks = new Map<number, (acknowledged: boolean) => void>();
   private readyWaiters: { attached: () => void; stopped: () => void }[] = [];
@@ -325,6 +333,7 @@ export class BpftraceSupervisor {
     this.opts.log.info("a target needs the send hook; restarting the socket probe with it", need.why === "target" ? { pid: need.pid } : { why: need.why });
     this.opts.metrics.probeRestarts.inc({ reason: "send_hook" });
     this.stoppedForSendHook.add(child);
+    this.sendHookOnNextStart = true;
     child.kill("SIGINT");
   }
 
@@ -338,7 +347,8 @@ export class BpftraceSupervisor {
       program = other.render();
     } else {
       const state = this.opts.state();
-      const sendHook = this.opts.variant !== "sockets" || sendHookNeed(state).needed;
+      const sendHook = this.opts.variant !== "sockets" || this.sendHookOnNextStart || sendHookNeed(state).needed;
+      this.sendHookOnNextStart = false;
       if (!sendHook && this.instanceSendHook !== false) this.opts.log.info("socket probe without its send hook: every target is followed per request and no rule can add one");
       this.instanceSendHook = sendHook;
       program = renderProgram(this.opts.variant, { ...state, sendHook });
