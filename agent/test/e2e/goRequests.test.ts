@@ -11,7 +11,7 @@
 // uprobeLifecycle.test.ts's.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -33,6 +33,8 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: skipWithoutKernelOrGo(), timeout: 420_000 }, () => {
   let dir: string;
   let api: Apiserver;
+  /** The same on IPv6 loopback: the Go program reads an IPv6 peer from the kernel's socket as two words. */
+  let api6: Apiserver;
   let agent: AgentProcess;
   let agentLog: LogLine[];
   let faults: GoOperatorFaults;
@@ -48,10 +50,14 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
       buildGoOperator(dir, { stripped: false }),
     ]);
     api = await startApiserver({ dir });
+    const dir6 = path.join(dir, "ipv6");
+    mkdirSync(dir6);
+    api6 = await startApiserver({ dir: dir6, host: "::1" });
     agent = await startAgentProcess([
       // go-operator, go-operator-symbols (comm: "go-operator-sym") and kubectl.
       "--target-comm", "^(go-operator|kubectl)",
       "--apiserver", `127.0.0.1:${api.port}`,
+      "--apiserver", `[::1]:${api6.port}`,
       "--correlation-window", RETRY_WAIT,
       "--span-grace", "0s",
     ]);
@@ -63,6 +69,7 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     if (process.env.GO_E2E_DEBUG) console.error(agent?.stderr.filter((l) => !l.includes("boundary")).join("\n"), JSON.stringify(agent?.events, null, 1));
     await agent?.stop();
     await api?.close();
+    await api6?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -102,6 +109,19 @@ describe("Go HTTP/2 status writes, request by request, from uprobes", { skip: sk
     const op = await faults.startOperator(binaries.stripped, "std", "std-stripped");
     try {
       await faults.coreVerdicts(op);
+    } finally {
+      await op.stop().catch((error: unknown) => console.error(String(error)));
+    }
+  });
+
+  it("x/net/http2 to an apiserver on IPv6 loopback: its peer read from the socket is [::1], a reset write reported by path", async () => {
+    const faults6 = goOperatorFaults(api6, agent, agentLog);
+    const op = await faults6.startOperator(binaries.stripped, "xnet", "xnet-ipv6");
+    try {
+      const reset = faults6.statusWrite(op, { action: "reset" });
+      const event = await faults6.oneLoss(op, reset.path, reset.name);
+      assert.equal(event.cause, "connection_reset");
+      assert.equal(event.apiserver, `[::1]:${api6.port}`);
     } finally {
       await op.stop().catch((error: unknown) => console.error(String(error)));
     }

@@ -9,6 +9,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import type { Apiserver } from "../../../../testbed/apiserver/apiserver.ts";
 import type { RuleInput } from "../../../../testbed/apiserver/scenario.ts";
+import { formatHostPort } from "../../../src/hostPort.ts";
 import type { LossEvent } from "../../../src/model.ts";
 import { waitFor, type AgentProcess, type LogLine } from "./agentProcess.ts";
 
@@ -97,7 +98,7 @@ export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: 
     assert.equal(event.request?.method, "PATCH");
     assert.equal(typeof event.request?.stream_id, "number");
     assert.deepEqual(event.request?.object, { namespace: op.namespace, resource: "widgets", name, subresource: "status" });
-    assert.equal(event.apiserver, `127.0.0.1:${api.port}`);
+    assert.equal(event.apiserver, formatHostPort(api.host, api.port));
     const socketPath = agent.events.filter((e) => e.pid === op.pid && e.request === null);
     assert.deepEqual(socketPath, [], "the socket path's view of the same deaths is folded into the requests' events");
     return event;
