@@ -156,11 +156,6 @@ export function isPrintfKind(kind: string): kind is PrintfKind {
 const INTEGER = /^-?\d+$/;
 const FIELD_LISTS = new Map<string, [string, FieldType][]>(Object.entries(PROBE_LINES).map(([kind, fields]) => [kind, Object.entries(fields)]));
 
-/**
- * The record of a line of a known kind from the words after its kind word (the
- * line split on single spaces). Null when the shape is wrong: too few or too
- * many words, or a numeric field that is not a decimal integer.
- */
 const IPV6_WORDS = /^([0-9a-f]{16})([0-9a-f]{16})$/;
 
 /** An address word as ntop prints it: an IPv6 address printed as two little-endian words in hex becomes its text. */
@@ -174,6 +169,11 @@ function addressOf(word: string): string {
   return ipv6Text(bytes);
 }
 
+/**
+ * The record of a line of a known kind from the words after its kind word (the
+ * line split on single spaces). Null when the shape is wrong: too few or too
+ * many words, or a numeric field that is not a decimal integer.
+ */
 export function parsePrintfFields(kind: PrintfKind, words: string[]): PrintfRecord | null {
   const fields = FIELD_LISTS.get(kind)!;
   const hasRest = fields.at(-1)?.[1] === "rest";
