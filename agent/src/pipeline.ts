@@ -41,6 +41,7 @@ import { LossMetricsSink } from "./sinks/lossMetrics.ts";
 import { LossSinks, startStages, stage, type Stage } from "./stage.ts";
 import type { Logger } from "./telemetry/log.ts";
 import { AgentMetrics } from "./telemetry/metrics.ts";
+import { GoConnectionSockets } from "./sources/probe/adoptedConnections.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
@@ -106,14 +107,17 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   // --- sources of records: the probes and the span intake, into the queues -------
   // A span's process is the one holding its connection; in Kubernetes mode its pod is also its address's (sources/spans/senderTrust.ts).
   const otlp = new OtlpStage(config, metrics, recorder, spans.push, () => kube?.senders() ?? null, targets, log);
+  // The Go operators' connections as their Go programs found them: the socket probe adopts each.
+  const goConnections = new GoConnectionSockets(() => metrics.eventsDropped.inc({ stage: "go_connections", reason: "capacity" }));
   const probe = new BpftraceSupervisor({
     variant, bpftrace: config.bpftrace, metrics, log, agentHostPid: self.hostPid,
+    goConnections: (pid) => goConnections.list(pid),
     // With rules that can match a program started later, every exec is traced at once.
     state: () => ({ targets: targets.pids(), requestLevel: graph.requestLevelPids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config), unansweredMinBytes: config["unanswered-min-bytes"] }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
     onInstance: () => graph.newProbeInstance(),
   });
-  const uprobes = new UprobeSources({ config, agentHostPid: self.hostPid, isTarget: (pid) => targets.identity(pid) !== undefined, goLines: graph, records: probeRecords, recorder, metrics, log });
+  const uprobes = new UprobeSources({ config, agentHostPid: self.hostPid, isTarget: (pid) => targets.identity(pid) !== undefined, goLines: graph, goConnections, records: probeRecords, recorder, metrics, log });
   const removeFromKernel = async (pid: number): Promise<void> => {
     await probe.removeTarget(pid);
     await uprobes.unfollow(pid);
@@ -126,6 +130,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   uprobes.followTargets(targets);
   endpoints.onChange((key, present) => probe.setEndpoint(key, present));
   graph.onRequestLevel((pid, on) => void probe.setRequestLevel(pid, on));
+  goConnections.onFound((connection) => void probe.adoptConnection(connection));
   if (recorder) graph.onGoAttached((pid, attached, atNs) => recorder.goAttached(pid, attached, attached ? atNs : undefined));
   http.readyWhen(probeReadiness(probe));
 

@@ -9,6 +9,7 @@ import type { Logger } from "../telemetry/log.ts";
 import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { stage, type Stage } from "../stage.ts";
 import { GoProbes, type GoLines } from "./goHttp2/goProbes.ts";
+import type { GoConnectionSockets } from "./probe/adoptedConnections.ts";
 import { FollowChannel } from "./probe/followChannel.ts";
 import type { ProbeRecord } from "./probe/probeOutput.ts";
 import { tracepointAvailable } from "./probe/probeProgram.ts";
@@ -27,6 +28,8 @@ interface UprobeSourcesOptions {
   isTarget: (pid: number) => boolean;
   /** Where Go programs' lines and attachments go: the loss graph. */
   goLines: GoLines;
+  /** Where the Go operators' connection sockets go, for the socket probe. */
+  goConnections: GoConnectionSockets;
   /** The probe records' queue, for TLS verdicts and attachments. */
   records: { push(record: ProbeRecord | TlsAttachment): boolean };
   recorder: RecordWriter | null;
@@ -61,7 +64,7 @@ export class UprobeSources {
       nowNs: () => process.hrtime.bigint(),
     };
     this.go = config["go-probes"]
-      ? new GoProbes({ ...context, host: this.#host, lines: opts.goLines, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
+      ? new GoProbes({ ...context, host: this.#host, lines: opts.goLines, connections: opts.goConnections, correlationWindowMs: config["correlation-window"], ...(recorder ? { onLine: (line: string) => recorder.goProbeLine(line) } : {}) })
       : null;
     // OpenSSL clients' connections are judged by what SSL_read returned: a TLS
     // 1.3 session ticket arriving after the first request is no answer. The TLS

@@ -181,6 +181,11 @@ export class AgentMetrics {
     help: "1 while the socket probe has its program on sock:sock_send_length (every send of every process on the node pays it), 0 while no target needs it.",
     registers: [this.registry],
   });
+  readonly probeAdoptedConnections = new Counter({
+    name: "lostwrite_probe_adopted_connections_total",
+    help: "Go operators' apiserver connections the socket probe follows since their Go program found their socket, having not seen them open (it started after them).",
+    registers: [this.registry],
+  });
   readonly probeRestarts = new Counter({
     name: "lostwrite_probe_restarts_total",
     help: "bpftrace restarts by the supervisor, by reason.",
@@ -333,6 +338,7 @@ export class AgentMetrics {
     }
     this.probeUp.set(0);
     this.probeSendHook.set(0);
+    this.probeAdoptedConnections.inc(0);
     this.probeEventsLost.inc(0);
     for (const program of PROBE_PROGRAM_KINDS) this.probeMissedRuns.inc({ program }, 0);
     this.probeControlFailures.inc(0);

@@ -21,6 +21,7 @@ export const DROP_STAGES = [
   "go_probes",
   "go_requests",
   "go_inflight",
+  "go_connections",
   "tls_answers",
 ] as const;
 export type DropStage = (typeof DROP_STAGES)[number];

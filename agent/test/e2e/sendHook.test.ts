@@ -1,10 +1,12 @@
 // The socket probe's program on sock:sock_send_length runs at every send of
 // every process on the node. On the real kernel, with bpftrace's attachments
-// read from the kernel (bpftool perf show): while every target is a Go
+// read from the kernel (bpftool perf show): once every target is a Go
 // operator its Go probe follows per request and no rule can add a target,
-// the socket probe runs without it, and the operator's lost status write is
-// still reported; once a target needs the hook (its Go program gone), the
-// socket probe is restarted with it. With a rule that can match a program
+// the socket probe is restarted without it, the operator's lost status write
+// is still reported, and its connection, older than that socket probe, still
+// followed (the Go probe found its socket); once a target needs the hook (its
+// Go program gone), the socket probe is restarted with it, and without it
+// again once the Go program follows the operator again. With a rule that can match a program
 // started later, the hook stays, and a short-lived client started at once,
 // which no bpftrace could attach for in time, has its lost write reported.
 import assert from "node:assert/strict";
@@ -87,29 +89,33 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it("runs without it while the only target is a Go operator followed per request, and attaches it once the operator is no longer followed", async () => {
+  it("drops it once the only target is a Go operator followed per request, still follows the operator's older connection, and attaches it once the operator is no longer followed", async () => {
     const op = operator!.pid!;
     // Targets by pid only: no rule can make a program started later a target.
     const agent: AgentProcess = await startAgentProcess(["--target-pid", String(op), "--apiserver", `127.0.0.1:${api.port}`, "--span-grace", "0s", "--correlation-window", "1s"]);
     const log: LogLine[] = agent.log;
     try {
       await waitFor(`the Go probe to follow the operator [${op}]`, () => loggedFor(log, "Go probe follows", op), 60_000);
-      // The socket probe started before the Go probe followed the operator, so with the hook.
-      assert.equal(await agent.metric("lostwrite_probe_send_hook"), 1);
+      // The socket probe started before the Go probe followed the operator, so with the hook:
       const first = probesOf(agent.child.pid!).socket;
       assert.ok(first && first.tracepoints.includes(SEND_TRACEPOINT), `the first socket probe is on the send tracepoint: ${JSON.stringify(first)}`);
-
-      // It keeps the hook until it restarts (a restart forgets the connections it knew): made to restart here.
-      process.kill(first.pid, "SIGKILL");
+      // restarted without it once no target has needed it for a while.
       await waitFor(
         "the socket probe restarted without the send hook",
-        async () => (await agent.metric("lostwrite_probe_restarts_total", { reason: "exited" })) === 1 && (await agent.metric("lostwrite_probe_up")) === 1,
+        async () =>
+          (await agent.metric("lostwrite_probe_restarts_total", { reason: "send_hook" })) === 1 &&
+          (await agent.metric("lostwrite_probe_up")) === 1 && (probesOf(agent.child.pid!).socket?.pid ?? first.pid) !== first.pid,
         90_000,
       );
       assert.equal(await agent.metric("lostwrite_probe_send_hook"), 0);
+      assert.equal(await agent.metric("lostwrite_probe_restarts_total", { reason: "exited" }), 0);
       const probes = probesOf(agent.child.pid!);
-      assert.ok(probes.socket && probes.socket.pid !== first.pid, `a new socket probe: ${JSON.stringify(probes)}`);
+      assert.ok(probes.socket, `a socket probe: ${JSON.stringify(probes)}`);
       assert.ok(!probes.socket.tracepoints.includes(SEND_TRACEPOINT), `the socket probe is on ${probes.socket.tracepoints.join(", ")}`);
+      // It learns connections at connect, and the operator's is older: the Go probe finds its
+      // socket at its next request (a status written and answered), the agent hands it over.
+      api.store.commit(WIDGETS, { apiVersion: "demo.lostwrite.dev/v1", kind: "Widget", metadata: { name: "w0", namespace: "hooked", generation: 1 }, spec: { size: 1 } });
+      await waitFor("the operator's connection adopted by the new socket probe", async () => (await agent.metric("lostwrite_probe_adopted_connections_total")) >= 1, 10_000);
       for (const [pid, tracepoints] of attachments(agent.child.pid!)) assert.ok(!tracepoints.includes(SEND_TRACEPOINT), `no bpftrace of the agent is on ${SEND_TRACEPOINT}: [${pid}] ${tracepoints.join(", ")}`);
 
       // The operator's lost status write is still reported, once, by its path.
@@ -119,17 +125,28 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
       await waitFor(`the loss of ${statusPath}`, () => agent.events.some((e) => e.request?.path === statusPath), 20_000);
       const events = agent.events.filter((e) => e.pid === op);
       assert.deepEqual(events.map((e) => [e.cause, e.request?.path]), [["connection_reset", statusPath]]);
+      // The socket probe followed the reset connection, which it did not see open.
+      const operatorSeries = { process: "go-operator" };
+      await waitFor("the connection's reset and bytes counted by the socket probe", async () =>
+        (await agent.metric("lostwrite_apiserver_connection_losses_total", { ...operatorSeries, reason: "reset" })) === 1 &&
+        (await agent.metric("lostwrite_apiserver_write_bytes_total", operatorSeries)) > 0, 10_000);
 
       // The Go program gone (killed): the operator is on the socket path again, and needs the hook.
       // The agent restarts the Go program within a second; the socket probe, stopped for the hook, takes it all the same.
       for (const pid of probes.others) process.kill(pid, "SIGKILL");
       await waitFor(
         "the socket probe restarted with the send hook",
-        async () => (await agent.metric("lostwrite_probe_restarts_total", { reason: "send_hook" })) === 1 && (await agent.metric("lostwrite_probe_send_hook")) === 1,
+        async () => (await agent.metric("lostwrite_probe_restarts_total", { reason: "send_hook" })) === 2 && (await agent.metric("lostwrite_probe_send_hook")) === 1,
         90_000,
       );
       const hooked = probesOf(agent.child.pid!).socket;
       assert.ok(hooked?.tracepoints.includes(SEND_TRACEPOINT), `the socket probe is on the send tracepoint again: ${JSON.stringify(hooked)}`);
+      // The restarted Go program follows the operator again: the hook goes again.
+      await waitFor(
+        "the socket probe restarted without the send hook again",
+        async () => (await agent.metric("lostwrite_probe_restarts_total", { reason: "send_hook" })) === 3 && (await agent.metric("lostwrite_probe_send_hook")) === 0,
+        90_000,
+      );
     } finally {
       await agent.stop();
     }

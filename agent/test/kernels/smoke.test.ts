@@ -39,6 +39,8 @@ const portOf = (server: net.Server): number => (server.address() as net.AddressI
 
 /** Under software emulation everything is 10-50x slower than on the host: waits are generous. */
 const EVENT_WAIT_MS = 60_000;
+/** A Go program's compile and the kernel's check of its loops: bpftrace alone took 35 s to attach on 5.10 under emulation. */
+const GO_FOLLOW_WAIT_MS = 180_000;
 /** The agent's start compiles its socket program with bpftrace: about a minute under emulation, more on 5.10. */
 const AGENT_READY_MS = 300_000;
 
@@ -113,7 +115,7 @@ describe("kernel smoke: doctor, probe families, faults end to end", { skip: skip
       "--span-grace", "0s",
     ], {}, { readyTimeoutMs: AGENT_READY_MS });
     agentLog = agent.log;
-    faults = goOperatorFaults(api, agent, agentLog);
+    faults = goOperatorFaults(api, agent, agentLog, { followTimeoutMs: GO_FOLLOW_WAIT_MS });
   });
 
   after(async () => {

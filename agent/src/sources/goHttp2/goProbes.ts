@@ -19,6 +19,7 @@ import { UprobePrograms, type UprobeContext } from "../probe/uprobePrograms.ts";
 import type { TargetChanges } from "../targets/targetWatcher.ts";
 import { GO_PROBE_ENV, renderGoProgram } from "./goProbeProgram.ts";
 import { isGoRecord, type GoRecord } from "./goRequests.ts";
+import type { GoConnectionSockets } from "../probe/adoptedConnections.ts";
 
 /** Where the Go programs' lines and attachments go: the loss graph. */
 export interface GoLines {
@@ -52,6 +53,8 @@ interface OpenBinary {
 
 interface GoProbesOptions extends UprobeContext {
   lines: GoLines;
+  /** Where the connections' sockets go (go_conn_sk lines), for the socket probe to adopt; none: not kept. */
+  connections?: GoConnectionSockets | null;
   /** Binaries remembered, probed or not (default 1024). */
   binaryCapacity?: number;
   /**
@@ -84,14 +87,19 @@ export class GoProbes {
   readonly #symbolFiles = new Map<string, string>();
 
   constructor(opts: GoProbesOptions) {
-    this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, correlationWindowMs: 10_000, onLine: () => {}, ...opts };
+    this.#o = { binaryCapacity: 1024, probeSymbolRoot: DEBUG_BUILD_ID_ROOT, correlationWindowMs: 10_000, onLine: () => {}, connections: null, ...opts };
     this.#latestPid = new BoundedMap(this.#o.binaryCapacity, () => this.#o.metrics.eventsDropped.inc({ stage: "go_probes", reason: "capacity" }));
-    const { lines, metrics } = this.#o;
+    const { lines, metrics, connections } = this.#o;
     this.#programs = new UprobePrograms({
       what: "Go probe",
       attachedGauge: metrics.goProbesAttached,
       restarts: metrics.goProbeRestarts,
       onRecord: (record) => {
+        if (record.type === "go_conn_sk") {
+          connections?.found({ pid: record.pid, conn: record.conn, sk: record.sk, task: record.task });
+          return;
+        }
+        if (record.type === "go_conn_closed") connections?.closed(record.pid, record.conn);
         if (isGoRecord(record)) lines.addGoRecord(record);
       },
       onAttached: (pid, attached, atNs) => lines.setGoAttached(pid, attached, atNs),
@@ -125,6 +133,7 @@ export class GoProbes {
       if (!this.#programs.isFollowed(pid)) continue;
       await this.#programs.remove(pid);
       this.#o.lines.forgetGoProcess(pid, this.#o.nowNs());
+      this.#o.connections?.forgetProcess(pid);
     }
     for (const { pid } of added) {
       // Opened once, at once, and held until its program has opened the file

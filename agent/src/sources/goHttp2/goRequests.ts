@@ -67,8 +67,11 @@ export type GoRecord =
   | PrintfRecordOf<"go_conn_closed">
   | PrintfRecordOf<"go_abort">;
 
-/** The go_* kinds of the Go family's line table (its hello and tick are the supervisor's). */
-const GO_KINDS = new Set<string>(Object.keys(PROBE_FAMILIES.goHttp2).filter((kind) => kind.startsWith("go_")));
+/**
+ * The go_* kinds of the Go family's line table (its hello and tick are the
+ * supervisor's; go_conn_sk is the socket probe's, through goProbes.ts).
+ */
+const GO_KINDS = new Set<string>(Object.keys(PROBE_FAMILIES.goHttp2).filter((kind) => kind.startsWith("go_") && kind !== "go_conn_sk"));
 
 export function isGoRecord(record: { type: string; map?: string }): record is GoRecord {
   return GO_KINDS.has(record.type) || (record.type === "counters" && record.map === "goSent");

@@ -14,11 +14,14 @@
 // once it is.
 //
 // The socket probe is rendered without its send hook while no target needs
-// it (sendHook.ts); bpftrace cannot add a probe to a running program, so a
-// change that makes it needed (a target on the socket path) restarts the
-// program with it at once. The other way round it is kept until the program
-// restarts anyway: a restart forgets the connections it knew, and without the
-// send hook a connection that predates the program is never learned again.
+// it (sendHook.ts); bpftrace cannot add or remove a probe of a running
+// program, so a change that makes it needed (a target on the socket path)
+// restarts the program with it at once, and one that leaves it unneeded
+// restarts the program without it once that has held for a while (a Go
+// program restarted after a crash follows its process again within a
+// second). A restart forgets the connections the program knew; a new one
+// without the hook learns connections at connect, and is told the Go
+// operators' older ones, which their Go programs found (adoptedConnections.ts).
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -31,6 +34,7 @@ import { recursionMisses } from "./missedRuns.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 import { sendHookNeed } from "./sendHook.ts";
+import type { GoConnectionSocket } from "./adoptedConnections.ts";
 
 type Log = Pick<Logger, "info" | "warn" | "warnRateLimited">;
 
@@ -64,6 +68,10 @@ interface SupervisorOptions {
   onInstance: () => void;
   /** The agent's pid as the kernel sees it (the host pid, also in a pod). */
   agentHostPid: number;
+  /** The Go operators' connections their Go programs found, of one process or all: each new socket probe is told them (adoptedConnections.ts). */
+  goConnections?: (pid?: number) => GoConnectionSocket[];
+  /** How long no target must have needed the send hook before the socket probe is restarted without it. */
+  sendHookDropDelayMs?: number;
   /** What lostwrite_probe_missed_runs_total calls this program (default "socket"). */
   kind?: ProbeProgramKind;
   /** How long to wait for one acknowledgement, and how often to send a message before giving up. */
@@ -78,6 +86,14 @@ interface SupervisorOptions {
 
 /** The programs' timer tick (`interval:s:1`). */
 const TICK_NS = 1_000_000_000n;
+
+/**
+ * Long enough for a Go program that crashed to be restarted and follow its
+ * processes again (the uprobe programs restart within a second), so that one
+ * crash costs the socket probe one restart for the hook, not a second one
+ * to drop it between.
+ */
+const SEND_HOOK_DROP_DELAY_MS = 10_000;
 
 // RLIMIT_MEMLOCK: not raisable without CAP_SYS_RESOURCE, and not needed on
 // kernels that account BPF memory to the cgroup (5.11+). The instruction
@@ -129,7 +145,7 @@ export function restartDelayMs({ healthy, restarts, maxBackoffMs }: RestartDelay
 
 export class BpftraceSupervisor {
   name = "probe";
-  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program">> & Pick<SupervisorOptions, "onLine" | "program">;
+  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program" | "goConnections">> & Pick<SupervisorOptions, "onLine" | "program" | "goConnections">;
   private readonly control = new ControlChannel();
   private child: ResultPromise | undefined;
   private stopping = false;
@@ -146,8 +162,10 @@ export class BpftraceSupervisor {
   private beatListener: (() => void) | null = null;
   private readonly exited = new WeakSet<ResultPromise>();
   private readonly killedForSilence = new WeakSet<ResultPromise>();
-  /** Stopped to be started again with the send hook (see sendHook.ts). */
+  /** Stopped to be started again with or without the send hook (see sendHook.ts). */
   private readonly stoppedForSendHook = new WeakSet<ResultPromise>();
+  /** Since when (Date.now()) the running socket probe has had a send hook no target needs; 0: needed, or none. */
+  private sendHookUnneededSince = 0;
   /** Whether the running socket probe has its send hook; null for another program. */
   private instanceSendHook: boolean | null = null;
   /**
@@ -181,6 +199,7 @@ export class BpftraceSupervisor {
       ackTimeoutMs: 1000,
       ackAttempts: 3,
       healthyRunMs: 500,
+      sendHookDropDelayMs: SEND_HOOK_DROP_DELAY_MS,
       kind: "socket",
       ...opts,
     };
@@ -242,6 +261,19 @@ export class BpftraceSupervisor {
   async setRequestLevel(pid: number, on: boolean): Promise<void> {
     if (!on) this.attachSendHookIfNeeded();
     await this.sendConfirmed(encodeControl(ControlOp.requestLevel, BigInt(pid), 0n, on ? 1n : 0n));
+    // Its connections found before: the probe takes only a request-level target's.
+    if (on) await Promise.all((this.opts.goConnections?.(pid) ?? []).map((connection) => this.adoptConnection(connection)));
+  }
+
+  /**
+   * A Go operator's connection, as its Go program found the socket: the
+   * socket probe follows it from now on (ADOPTED CONNECTIONS in the probe),
+   * also where it has no send hook to learn it by. Only the sockets variant
+   * reads sockets this way; the syscalls variant always has its send path.
+   */
+  async adoptConnection(connection: GoConnectionSocket): Promise<void> {
+    if (this.opts.program || this.opts.variant !== "sockets") return;
+    await this.sendConfirmed(encodeControl(ControlOp.adoptConnection, connection.sk, connection.task, BigInt(connection.pid)));
   }
 
   async setEndpoint(endpoint: EndpointKey, present: boolean): Promise<void> {
@@ -337,6 +369,28 @@ export class BpftraceSupervisor {
     child.kill("SIGINT");
   }
 
+  /**
+   * Restarts a socket probe that has its send hook once no target has needed
+   * it for sendHookDropDelayMs (checked every second, by the watchdog): then
+   * no send of the node pays for it.
+   */
+  private detachSendHookIfUnneeded(): void {
+    const child = this.child;
+    const hooked = this.opts.variant === "sockets" && this.instanceSendHook === true && child && this.ready && !this.stopping && !this.stoppedForSendHook.has(child);
+    if (!hooked || sendHookNeed(this.opts.state()).needed) {
+      this.sendHookUnneededSince = 0;
+      return;
+    }
+    const now = Date.now();
+    if (this.sendHookUnneededSince === 0) this.sendHookUnneededSince = now;
+    if (now - this.sendHookUnneededSince < this.opts.sendHookDropDelayMs) return;
+    this.sendHookUnneededSince = 0;
+    this.opts.log.info("no target needs the send hook any more; restarting the socket probe without it", { unneededForMs: this.opts.sendHookDropDelayMs });
+    this.opts.metrics.probeRestarts.inc({ reason: "send_hook" });
+    this.stoppedForSendHook.add(child);
+    child.kill("SIGINT");
+  }
+
   private spawn(): void {
     this.spawned = true;
     this.missesCounted = 0;
@@ -352,6 +406,8 @@ export class BpftraceSupervisor {
       if (!sendHook && this.instanceSendHook !== false) this.opts.log.info("socket probe without its send hook: every target is followed per request and no rule can add one");
       this.instanceSendHook = sendHook;
       program = renderProgram(this.opts.variant, { ...state, sendHook });
+      // Told once it attaches (the messages wait for it): it knows no connection yet.
+      for (const connection of this.opts.goConnections?.() ?? []) void this.adoptConnection(connection);
     }
     const file = path.join(this.workDir, "program.bt");
     writeFileSync(file, program);
@@ -421,6 +477,9 @@ export class BpftraceSupervisor {
       this.acks.get(record.seq)?.(true);
       this.acks.delete(record.seq);
       return;
+    } else if (record.type === "adopted") {
+      this.opts.metrics.probeAdoptedConnections.inc();
+      return;
     } else if (record.type === "lost") {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
@@ -466,6 +525,7 @@ export class BpftraceSupervisor {
     // A safety net for a change that made the send hook needed without a
     // message to the probe (a target's Go program gone with its process).
     this.attachSendHookIfNeeded();
+    this.detachSendHookIfUnneeded();
     if (!this.ready || this.stopping || this.askingForBeat) return;
     if (Date.now() - this.lastBeat <= this.opts.heartbeatTimeoutMs) return;
     // Silent ticks do not make a dead program (see countSkippedTicks): where

@@ -27,6 +27,8 @@ export const ControlOp = {
   requestLevel: 9,
   forgetTransient: 10,
   forgetFailedSends: 11,
+  /** a: a socket's address, b: the task that found it, c: its pid (a request-level target's connection; the sockets variant only). */
+  adoptConnection: 12,
 } as const;
 export type ControlOp = (typeof ControlOp)[keyof typeof ControlOp];
 

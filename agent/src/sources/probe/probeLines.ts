@@ -60,6 +60,8 @@ export const PROBE_FAMILIES = {
     // Printed right before a close line whose request only TLS session tickets may have answered (AMBIGUOUS in the probe).
     ambiguous: { ts: "u64", pid: "int", sk: "u64", bytes: "int", waitedNs: "u64" },
     ack: { seq: "int" },
+    // A Go operator's connection the socket probe follows since (control op 12: ADOPTED CONNECTIONS).
+    adopted: { ts: "u64", pid: "int", sk: "u64" },
     tick: TICK,
   },
   goHttp2: {
@@ -85,6 +87,8 @@ export const PROBE_FAMILIES = {
     go_status: { ts: "u64", pid: "int", conn: "u64", streamId: "int", status: "int" },
     go_reset: { ts: "u64", pid: "int", conn: "u64", streamId: "int", code: "int" },
     go_goaway: { ts: "u64", pid: "int", conn: "u64", lastStreamId: "int", code: "int" },
+    // A connection's socket and the task that found it, at its first request: what the socket probe adopts the connection by.
+    go_conn_sk: { ts: "u64", pid: "int", conn: "u64", sk: "u64", task: "u64" },
     // The connection's read loop ended; state is its TCP state then (7 CLOSE, 8 CLOSE_WAIT; 0 unreadable).
     go_conn_closed: { ts: "u64", pid: "int", conn: "u64", state: "int", port: "int", addr: "address" },
     // The client reset one of its streams (it gave up, or its write failed): code is the RST_STREAM's error code.
@@ -106,8 +110,8 @@ export const PROBE_FAMILIES = {
   },
 } as const satisfies Record<string, Record<string, Record<string, FieldType>>>;
 
-/** Socket-family kinds only probes/apiserver_sockets.bt prints: they need its answer rule (tcp_sock's counters), which the syscalls variant has not. */
-export const SOCKETS_VARIANT_ONLY: readonly string[] = ["ambiguous"];
+/** Socket-family kinds only probes/apiserver_sockets.bt prints: they need its answer rule (tcp_sock's counters), or its adoption of Go operators' connections, which the syscalls variant has not. */
+export const SOCKETS_VARIANT_ONLY: readonly string[] = ["ambiguous", "adopted"];
 
 /** Every line kind of every family, for the parser. */
 export const PROBE_LINES = { ...PROBE_FAMILIES.sockets, ...PROBE_FAMILIES.goHttp2, ...PROBE_FAMILIES.tls } as const satisfies Record<string, Record<string, FieldType>>;

@@ -46,7 +46,12 @@ export interface FaultRow {
 
 export type GoOperatorFaults = ReturnType<typeof goOperatorFaults>;
 
-export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: LogLine[]) {
+/**
+ * followTimeoutMs: how long a Go program may take to follow a new operator
+ * (its compile and the kernel's verifier: seconds here, a minute under
+ * software emulation, where the kernel smoke suite runs).
+ */
+export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: LogLine[], { followTimeoutMs = 30_000 } = {}) {
   let widgetSeq = 0;
 
   async function startOperator(binary: string, client: OperatorClient, namespace: string, timeout = WRITE_TIMEOUT): Promise<Operator> {
@@ -64,7 +69,7 @@ export function goOperatorFaults(api: Apiserver, agent: AgentProcess, agentLog: 
     };
     // Followed by its binary's program: uprobes on the binary, reporting for its pid.
     try {
-      await waitFor(`the Go probe of ${path.basename(binary)} to follow [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), 30_000);
+      await waitFor(`the Go probe of ${path.basename(binary)} to follow [${pid}]`, () => loggedFor(agentLog, "Go probe follows", pid), followTimeoutMs);
     } catch (err) {
       // Not left running: its retrying watch would keep the test process alive.
       child.kill("SIGKILL");

@@ -52,6 +52,7 @@ type Expected =
   | { type: "exec"; ts: bigint; pid: number; cgroup: bigint; comm: string }
   | { type: "ambiguous"; ts: bigint; pid: number; sk: bigint; bytes: number; waitedNs: bigint }
   | { type: "ack"; seq: number }
+  | { type: "adopted"; ts: bigint; pid: number; sk: bigint }
   | { type: "tick"; ts: bigint }
   | { type: "beat"; ts: bigint }
   | { type: "follow"; ts: bigint; pid: number; since: bigint }
@@ -63,6 +64,7 @@ type Expected =
   | { type: "go_status"; ts: bigint; pid: number; conn: bigint; streamId: number; status: number }
   | { type: "go_reset"; ts: bigint; pid: number; conn: bigint; streamId: number; code: number }
   | { type: "go_goaway"; ts: bigint; pid: number; conn: bigint; lastStreamId: number; code: number }
+  | { type: "go_conn_sk"; ts: bigint; pid: number; conn: bigint; sk: bigint; task: bigint }
   | { type: "go_conn_closed"; ts: bigint; pid: number; conn: bigint; state: number; port: number; addr: string }
   | { type: "go_abort"; ts: bigint; pid: number; tid: number; conn: bigint; streamId: number; code: number }
   | { type: "tls_close"; ts: bigint; pid: number; sk: bigint; unansweredBytes: number; waitedNs: bigint; peerClosed: boolean };
