@@ -33,6 +33,11 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
     help: "how long a new target that has sent no span yet still has its losses wait for spans (default 60s); after it, they are reported at once",
   },
   { key: "probe-variant", flag: "--probe-variant <variant>", help: "auto, sockets or syscalls (default auto)" },
+  {
+    key: "send-hook",
+    flag: "--send-hook <needed-by>",
+    help: "what keeps the socket probe's program on every send of the node: rules (default; also a rule that can match a program started later, seen from its exec) or targets (only a target not followed per request; a program a rule matches later waits about a second for it)",
+  },
   { key: "bpftrace", flag: "--bpftrace <path>", help: "bpftrace binary (default: bpftrace on PATH)" },
   { key: "rescan-interval", flag: "--rescan-interval <duration>", help: "how often targets are rescanned (default 1s)" },
   { key: "proc-root", flag: "--proc-root <path>", help: "the host's /proc (default /proc)" },

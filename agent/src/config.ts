@@ -67,6 +67,9 @@ export const configSchema = z.strictObject({
   "correlation-window": duration.default(10000),
   "span-grace": duration.default(60000),
   "probe-variant": z.enum(["auto", "sockets", "syscalls"]).default("auto"),
+  // What keeps the socket probe on every send of the node (sendHook.ts): "rules" also a rule
+  // that can match a program started later, "targets" only a target on the socket path now.
+  "send-hook": z.enum(["rules", "targets"]).default("rules"),
   bpftrace: z.string().min(1).default("bpftrace"),
   "rescan-interval": duration.default(1000),
   "proc-root": z.string().min(1).default("/proc"),

@@ -113,7 +113,7 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
     variant, bpftrace: config.bpftrace, metrics, log, agentHostPid: self.hostPid,
     goConnections: (pid) => goConnections.list(pid),
     // With rules that can match a program started later, every exec is traced at once.
-    state: () => ({ targets: targets.pids(), requestLevel: graph.requestLevelPids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config), unansweredMinBytes: config["unanswered-min-bytes"] }),
+    state: () => ({ targets: targets.pids(), requestLevel: graph.requestLevelPids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config), sendHookForRules: config["send-hook"] === "rules", unansweredMinBytes: config["unanswered-min-bytes"] }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
     onInstance: () => graph.newProbeInstance(),
   });

@@ -240,13 +240,14 @@ const agentHealth = [
     id: 20,
     title: "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures",
     description:
-      "bpftrace restarts by the agent's supervisor in the last 15 minutes (the window of alert LostwriteProbeRestarting, which fires above 2): exited, heartbeat_missed, spawn_failed, and send_hook (restarted to attach its send hook once a target needed it). Whether the send hook is attached now (1; 0 while every target is followed per request, lostwrite_probe_send_hook): every socket send of every process on the node pays it. Also target or endpoint changes the probe never acknowledged after every retry (lostwrite_probe_control_failures_total): the kernel may be missing a target; /readyz fails meanwhile. And failed lists and watches of Kubernetes mode (lostwrite_kubernetes_watch_errors_total): forbidden or unauthorized means the agent's ServiceAccount lacks a permission, and the agent no longer learns of new pods or apiserver endpoints.",
+      "bpftrace restarts by the agent's supervisor in the last 15 minutes (the window of alert LostwriteProbeRestarting, which fires above 2): exited, heartbeat_missed, spawn_failed, and send_hook (restarted to attach its send hook once a target needed it, or without it once none had for 10 s). Whether the send hook is attached now (1; 0 while every target is followed per request, lostwrite_probe_send_hook): every socket send of every process on the node pays it. Go operators' connections the socket probe took over from their Go programs, having started after them (lostwrite_probe_adopted_connections_total): after each restart, one per operator connection that carried a request since. Also target or endpoint changes the probe never acknowledged after every retry (lostwrite_probe_control_failures_total): the kernel may be missing a target; /readyz fails meanwhile. And failed lists and watches of Kubernetes mode (lostwrite_kubernetes_watch_errors_total): forbidden or unauthorized means the agent's ServiceAccount lacks a permission, and the agent no longer learns of new pods or apiserver endpoints.",
     unit: "short",
     decimals: 0,
     at: { x: 8, y: 47, w: 8, h: 6 },
     queries: [
       { expr: `sum by (node, reason) (increase(lostwrite_probe_restarts_total{${AGENT}}[15m]))`, legend: "{{node}} {{reason}}" },
       { expr: `max by (node) (lostwrite_probe_send_hook{${AGENT}})`, legend: "{{node}} send hook attached" },
+      { expr: `sum by (node) (increase(lostwrite_probe_adopted_connections_total{${AGENT}}[15m]))`, legend: "{{node}} connections adopted" },
       { expr: `sum by (node) (increase(lostwrite_probe_control_failures_total{${AGENT}}[15m]))`, legend: "{{node}} change not acknowledged" },
       { expr: `sum by (node, resource, reason) (increase(lostwrite_kubernetes_watch_errors_total{${AGENT}}[15m]))`, legend: "{{node}} {{resource}} watch {{reason}}" },
     ],

@@ -21,6 +21,8 @@ export interface ProbeState {
   endpoints: Iterable<EndpointKey>;
   /** Rules can match a program that starts later: trace every exec until user space decides. */
   execWatch?: boolean;
+  /** --send-hook rules: while execWatch is on, the send hook is needed (sendHook.ts); default true. */
+  sendHookForRules?: boolean;
   /** --unanswered-min-bytes: a close leaving this much unanswered is a loss, and later failed sends on its socket fold into it. */
   unansweredMinBytes?: number;
   /** false: the sockets program without its send probe (sendHook.ts says when); the syscalls variant has none to leave out. */

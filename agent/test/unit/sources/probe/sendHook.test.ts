@@ -25,6 +25,12 @@ describe("sendHookNeed", { timeout: 10_000 }, () => {
     assert.deepEqual(sendHookNeed({ targets: [], execWatch: true }), { needed: true, why: "rules" });
   });
 
+  it("with --send-hook targets, leaves the rules out: only a target on the socket path needs it", () => {
+    assert.deepEqual(sendHookNeed({ targets: [42], requestLevel: [42], execWatch: true, sendHookForRules: false }), { needed: false });
+    assert.deepEqual(sendHookNeed({ targets: [42, 43], requestLevel: [42], execWatch: true, sendHookForRules: false }), { needed: true, why: "target", pid: 43 });
+    assert.deepEqual(sendHookNeed({ targets: [42], requestLevel: [42], execWatch: true, sendHookForRules: true }), { needed: true, why: "rules" });
+  });
+
   it("does not count a followed pid that is no target as a reason either way", () => {
     assert.deepEqual(sendHookNeed({ targets: [], requestLevel: [99], execWatch: false }), { needed: false });
   });
