@@ -6,9 +6,11 @@
 // is still reported, and its connection, older than that socket probe, still
 // followed (the Go probe found its socket); once a target needs the hook (its
 // Go program gone), the socket probe is restarted with it, and without it
-// again once the Go program follows the operator again. With a rule that can match a program
-// started later, the hook stays, and a short-lived client started at once,
-// which no bpftrace could attach for in time, has its lost write reported.
+// again once the Go program follows the operator again. With a rule that can
+// match a program started later, the hook stays, and a short-lived client
+// started at once, which no bpftrace could attach for in time, has its lost
+// write reported; with --send-hook targets it goes all the same, and comes
+// back for a program the rule matches later.
 import assert from "node:assert/strict";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from "node:fs";
@@ -21,6 +23,8 @@ import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apise
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { startAgentProcess, waitFor, type AgentProcess, type LogLine } from "./support/agentProcess.ts";
+import { runLwClient, watchedBy } from "./support/lwClient.ts";
+import { resetOnMarkerServer } from "./support/resetServers.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { loggedFor } from "./support/goOperatorFaults.ts";
 import { assertKernelRequirements, skipWithoutKernelOrGo } from "./support/kernelRequirements.ts";
@@ -69,6 +73,7 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
   let dir: string;
   let api: Apiserver;
   let operator: ChildProcess | undefined;
+  let operatorBinary: string;
 
   before(async () => {
     assertKernelRequirements();
@@ -76,6 +81,7 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
     if (go !== null) throw new Error(`e2e test cannot run: ${go}`);
     dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-sendhook-"));
     const binary = await buildGoOperator(dir, { stripped: true });
+    operatorBinary = binary;
     api = await startApiserver({ dir });
     // client-go's shape: its watch and its status PATCHes on one HTTP/2 connection.
     operator = spawn(binary, ["--server", api.url, "--namespace", "hooked", "--mode", "swallow", "--family", "xnet", "--timeout", "1s"], {
@@ -171,6 +177,44 @@ describe("the send hook, attached only while a target needs it", { skip: skipWit
       assert.ok(write_errno === "EPIPE" || write_errno === "ECONNRESET", `the client wrote into the dead connection: ${write_errno}`);
       await waitFor("the short-lived client's loss", () => agent.events.some((e) => e.pid === client.pid), 15_000);
       assert.equal(agent.events.filter((e) => e.pid === client.pid).length, 1);
+    } finally {
+      await agent.stop();
+      server.close();
+    }
+  });
+  it("with --send-hook targets, drops it while the only target is a followed Go operator though a rule can add one, and attaches it for a program the rule matches later", async () => {
+    const op = operator!.pid!;
+    const server = await resetOnMarkerServer();
+    const client = path.join(dir, "lw-client");
+    symlinkSync(realpathSync("/usr/bin/python3"), client);
+    const agent = await startAgentProcess([
+      "--target-comm", `^(${path.basename(operatorBinary)}|lw-client)$`, "--send-hook", "targets",
+      "--apiserver", `127.0.0.1:${api.port}`, "--apiserver", `127.0.0.1:${portOf(server)}`, "--correlation-window", "200ms",
+    ]);
+    const restarts = (): Promise<number> => agent.metric("lostwrite_probe_restarts_total", { reason: "send_hook" });
+    try {
+      await waitFor(`the Go probe to follow the operator [${op}]`, () => loggedFor(agent.log, "Go probe follows", op), 60_000);
+      await waitFor(
+        "the socket probe restarted without the send hook, the rule notwithstanding",
+        async () => (await restarts()) === 1 && (await agent.metric("lostwrite_probe_up")) === 1 && (await agent.metric("lostwrite_probe_send_hook")) === 0,
+        90_000,
+      );
+      assert.ok(!probesOf(agent.child.pid!).socket?.tracepoints.includes(SEND_TRACEPOINT));
+      // A python client the rule matches is on the socket path: the hook comes back for it.
+      // It connects once told to, when the agent watches it and the hook is attached.
+      let clientPid = 0;
+      const steps = await runLwClient(client, "plain_reset", portOf(server), async (pid) => {
+        clientPid = pid;
+        await watchedBy(agent, "lw-client", pid, 10_000);
+        await waitFor(
+          "the socket probe restarted with the send hook for the client",
+          async () => (await restarts()) === 2 && (await agent.metric("lostwrite_probe_up")) === 1 && (await agent.metric("lostwrite_probe_send_hook")) === 1,
+          60_000,
+        );
+      });
+      assert.ok(steps.some((step) => step.step === "sendto_after_reset" && step.errno), `the client wrote into the reset connection: ${JSON.stringify(steps)}`);
+      assert.ok(probesOf(agent.child.pid!).socket?.tracepoints.includes(SEND_TRACEPOINT));
+      await waitFor("the client's lost write", () => agent.events.some((e) => e.pid === clientPid), 15_000);
     } finally {
       await agent.stop();
       server.close();
