@@ -403,7 +403,7 @@ export class BpftraceSupervisor {
       const state = this.opts.state();
       const sendHook = this.opts.variant !== "sockets" || this.sendHookOnNextStart || sendHookNeed(state).needed;
       this.sendHookOnNextStart = false;
-      if (!sendHook && this.instanceSendHook !== false) this.opts.log.info("socket probe without its send hook: every target is followed per request and no rule can add one");
+      if (!sendHook && this.instanceSendHook !== false) this.opts.log.info("socket probe without its send hook: every target is followed per request, and no rule needs it");
       this.instanceSendHook = sendHook;
       program = renderProgram(this.opts.variant, { ...state, sendHook });
       // Told once it attaches (the messages wait for it): it knows no connection yet.
