@@ -53,9 +53,11 @@ const UPROBES_PANEL = "Uprobe programs: Go requests and TLS answers attached, Go
 const ZERO_BY_DESIGN = new Set([
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [A]",
   // [B], the send hook attached, is 1 here: the scenario's rules keep it.
+  // [C], connections adopted: no Go operator here (sendHook.test.ts shows it).
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [C]",
-  // Not in Kubernetes mode here.
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [D]",
+  // Not in Kubernetes mode here.
+  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [E]",
   "Kernel-dropped probe events and skipped probe runs/s [A]",
   "Kernel-dropped probe events and skipped probe runs/s [B]",
   "Probe parse errors/s",
