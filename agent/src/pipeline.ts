@@ -7,6 +7,7 @@
 //   OTLP spans ──────────────────────► spansToCorrelator ─┘    one clock)          trace export, listeners
 //                                                              │
 //   targets, apiserver endpoints ─► the probes' filters ◄──────┘ request-level switch
+//   Go programs' connection sockets ─► the socket probe (adoptedConnections.ts)
 //
 // Each part is built before it is used: sources that say what is watched,
 // the sinks, the loss graph (shared with `lostwrite replay`), the queues into
