@@ -28,10 +28,12 @@
 //             request-level, its successful sends left after one lookup
 //             (bpftrace alone, as the bench's target is no Go binary).
 //             That is a program started before the Go probe followed the
-//             target, which keeps its send probe.
-//   goNoHook  the same, rendered as the agent starts it when every target
-//             is followed per request and no rule can add one: without the
-//             send probe, so nothing runs on sock_send_length.
+//             target, which keeps its send probe until no target has
+//             needed it for 10 s (then the agent restarts it without), or
+//             for good while a rule can add a target (--send-hook rules).
+//   goNoHook  the same, rendered as the agent runs it once every target
+//             is followed per request and no rule needs the hook: without
+//             the send probe, so nothing runs on sock_send_length.
 //   tlsFollowed  the agent, sockets, and beside it the TLS program it runs
 //             for a target on OpenSSL (on the system's libssl, following
 //             the target): the second program on sock_send_length every
