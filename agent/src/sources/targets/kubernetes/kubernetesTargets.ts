@@ -11,7 +11,6 @@
 import { isIP } from "node:net";
 import { join } from "node:path";
 import { lookup } from "node:dns/promises";
-import { CoreV1Api, DiscoveryV1Api, KubeConfig } from "@kubernetes/client-node";
 import type { z } from "zod";
 import type { ProcessIdentity } from "../../../model.ts";
 import type { AgentMetrics, KUBERNETES_WATCH_ERRORS, KUBERNETES_WATCHED } from "../../../telemetry/metrics.ts";
@@ -33,6 +32,8 @@ import { existsSync, readFileSync } from "node:fs";
 import { containerFromCgroupFile, podUidFromCgroupFile } from "../cgroup.ts";
 import { ContainerProcessScanner } from "./processScan.ts";
 import { ValidatedListWatch } from "./validatedListWatch.ts";
+import { loadApiAccess, type ApiAccess } from "./apiAccess.ts";
+import { KubernetesApi } from "./kubeApi.ts";
 
 export interface KubeTarget {
   pid: number;
@@ -46,8 +47,8 @@ interface KubernetesTargetsOptions {
   watchLabelSelector?: string;
   /** Path of a kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account. */
   kubeconfig?: string;
-  /** A ready KubeConfig (tests); wins over `kubeconfig`. */
-  kubeConfig?: KubeConfig;
+  /** The apiserver and credentials, ready (tests); wins over `kubeconfig`. */
+  access?: ApiAccess;
   /** Where the host's /proc is (the DaemonSet mounts it at /host/proc). Default "/proc". */
   procRoot?: string;
   /** How often /proc is rescanned for processes that started in watched containers. Default 2000 ms. */
@@ -71,7 +72,7 @@ interface WatchedIndex {
 
 export class KubernetesTargets {
   readonly #opts: KubernetesTargetsOptions;
-  readonly #kc: KubeConfig;
+  readonly #api: KubernetesApi;
   readonly #policy: SelectionPolicy;
   readonly #pods: ValidatedListWatch<Pod>;
   readonly #slices: ValidatedListWatch<EndpointSlice>;
@@ -99,20 +100,17 @@ export class KubernetesTargets {
     }
     this.#opts = opts;
     this.#policy = { labelSelector: parseLabelSelector(opts.watchLabelSelector ?? "") };
-    this.#kc = opts.kubeConfig ?? loadKubeConfig(opts.kubeconfig);
+    this.#api = new KubernetesApi(opts.access ?? loadApiAccess(opts.kubeconfig, opts.env));
     this.#scanner = new ContainerProcessScanner({
       procRoot: opts.procRoot ?? "/proc",
       maxProcesses: opts.maxTargets ?? 4096,
       maxRememberedPids: 65_536,
     });
-    const core = this.#kc.makeApiClient(CoreV1Api);
-    const discovery = this.#kc.makeApiClient(DiscoveryV1Api);
     const fieldSelector = `spec.nodeName=${opts.nodeName}`;
     this.#pods = new ValidatedListWatch<Pod>({
-      kubeConfig: this.#kc,
+      api: this.#api,
       path: "/api/v1/pods",
       // Never cluster-wide: only this node's pods, the same selector for list and watch.
-      list: () => core.listPodForAllNamespaces({ fieldSelector }),
       fieldSelector,
       schema: PodSchema,
       maxObjects: opts.maxPods ?? 1024,
@@ -127,9 +125,8 @@ export class KubernetesTargets {
     });
     const sliceSelector = "kubernetes.io/service-name=kubernetes";
     this.#slices = new ValidatedListWatch<EndpointSlice>({
-      kubeConfig: this.#kc,
+      api: this.#api,
       path: "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-      list: () => discovery.listNamespacedEndpointSlice({ namespace: "default", labelSelector: sliceSelector }),
       labelSelector: sliceSelector,
       schema: EndpointSliceSchema,
       maxObjects: 64,
@@ -235,6 +232,7 @@ export class KubernetesTargets {
     this.#running = false;
     clearInterval(this.#timer);
     await Promise.all([this.#pods.stop(), this.#slices.stop()]);
+    this.#api.close();
     await this.#scanning;
   }
 
@@ -326,8 +324,7 @@ export class KubernetesTargets {
     const found: ApiserverEndpoint[] = [];
     const fromEnv = endpointFromEnv(this.#opts.env ?? process.env);
     if (fromEnv) found.push(fromEnv);
-    const server = this.#kc.getCurrentCluster()?.server;
-    const fromConfig = server ? endpointFromServerUrl(server) : null;
+    const fromConfig = endpointFromServerUrl(this.#api.server);
     if (fromConfig) found.push(fromConfig);
     const out: ApiserverEndpoint[] = [];
     for (const e of found) {
@@ -377,12 +374,4 @@ export function watchErrorReason(err: unknown): (typeof KUBERNETES_WATCH_ERRORS)
   if (status === 403 || (status === null && /\bforbidden\b/i.test(text))) return "forbidden";
   if (status === 401 || (status === null && /\bunauthori[sz]ed\b/i.test(text))) return "unauthorized";
   return "other";
-}
-
-/** A kubeconfig file when given, else the default chain ($KUBECONFIG, ~/.kube/config, in-cluster). */
-function loadKubeConfig(path?: string): KubeConfig {
-  const kc = new KubeConfig();
-  if (path !== undefined && path !== "") kc.loadFromFile(path);
-  else kc.loadFromDefault();
-  return kc;
 }

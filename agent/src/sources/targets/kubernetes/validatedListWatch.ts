@@ -1,32 +1,31 @@
-// List+watch of one resource with @kubernetes/client-node's ListWatch (it
-// keeps the resourceVersion, relists on 410 Gone and backs off on
-// reconnects), with every object validated before the cache sees it and a
-// restart after errors, which ListWatch leaves to its caller.
+// List+watch of one resource, as an informer does it: list, then watch from
+// the list's resourceVersion, keep the objects by namespace/name, watch again
+// from the last resourceVersion seen when the server ends a watch, list
+// again when it says that version is gone (410), and after an error list
+// again with a backoff doubling up to 30 s.
 //
-// Why the validation sits inside the watch: ListWatch's watch handler is an
-// async function that reads `obj.metadata` unguarded, so one malformed object
-// on the stream would become an unhandled rejection, which ends the process.
-// Here such an object is reported through `onInvalid` and never reaches it.
-import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
-import type { z } from "zod";
+// Every object is validated before the cache sees it: one malformed object is
+// reported through `onInvalid` and skipped, never allowed to throw into the
+// watch. The cache holds at most maxObjects; objects past it are reported
+// through `onCapacity` and dropped.
+import { setTimeout as sleep } from "node:timers/promises";
+import { z } from "zod";
+import { KubernetesApiError, type KubernetesApi } from "./kubeApi.ts";
 
-interface ListedObjects {
-  items?: unknown[] | null;
-  metadata?: { resourceVersion?: string | null } | null;
+interface NamespacedObject {
+  metadata: { name: string; namespace: string };
 }
 
 interface ValidatedListWatchOptions<T> {
-  kubeConfig: KubeConfig;
+  api: KubernetesApi;
   /** Collection path, e.g. "/api/v1/pods". */
   path: string;
-  /** The list call for the same collection and selectors. */
-  list: () => Promise<ListedObjects>;
   schema: z.ZodType<T>;
   fieldSelector?: string;
   labelSelector?: string;
   /** Objects held at most; new ones past it are dropped and reported. */
   maxObjects: number;
-  /** Called after every add, update or delete that reached the cache. */
+  /** Called after every list and every add, update or delete that reached the cache. */
   onChange: () => void;
   onInvalid: (error: z.ZodError) => void;
   onCapacity: () => void;
@@ -36,57 +35,37 @@ interface ValidatedListWatchOptions<T> {
 }
 
 const MAX_RESTART_DELAY_MS = 30_000;
+/** The server ends a watch after a time drawn in this range, as client-go asks (5 to 10 minutes). */
+const WATCH_TIMEOUT_S = [300, 600] as const;
+/** A watch the server has not ended this long after its timeout is given up: its connection is dead. */
+const WATCH_GRACE_MS = 30_000;
 
-export class ValidatedListWatch<T> {
+/** Only the fields read of a list's envelope: its items are validated one by one. */
+const ListSchema = z.object({
+  items: z.array(z.unknown()).nullish(),
+  metadata: z.object({ resourceVersion: z.string().nullish() }).nullish(),
+});
+
+/** A watch event's envelope; its object is validated by what the event is. */
+const EventSchema = z.object({ type: z.string(), object: z.unknown() });
+
+/** What a BOOKMARK and an ERROR event carry that is read. */
+const VersionOnlySchema = z.object({ metadata: z.object({ resourceVersion: z.string().nullish() }).nullish() }).loose();
+const StatusSchema = z.object({ code: z.number().nullish(), message: z.string().nullish() }).loose();
+
+/** The server said the resourceVersion watched from is gone: list again. */
+class Expired extends Error {}
+
+export class ValidatedListWatch<T extends NamespacedObject> {
   readonly #opts: ValidatedListWatchOptions<T>;
-  readonly #informer: ListWatch<KubernetesObject>;
-  #stopped = true;
+  readonly #objects = new Map<string, T>();
+  #resourceVersion = "";
   #listed = false;
-  #restartTimer: NodeJS.Timeout | undefined;
-  #restartDelayMs: number;
+  #abort: AbortController | null = null;
+  #running: Promise<void> | null = null;
 
   constructor(opts: ValidatedListWatchOptions<T>) {
     this.#opts = opts;
-    this.#restartDelayMs = opts.restartDelayMs ?? 1000;
-    const filter = (phase: string, obj: unknown, deliver: (phase: string, obj: unknown) => void): void =>
-      this.#onWatchEvent(phase, obj, deliver);
-    // Watch has private members, so the filter is a subclass rather than a wrapper.
-    class ValidatingWatch extends Watch {
-      override watch(
-        path: string,
-        queryParams: Record<string, string | number | boolean | undefined>,
-        callback: (phase: string, apiObj: unknown, watchObj?: unknown) => void,
-        done: (err: unknown) => void,
-      ): Promise<AbortController> {
-        return super.watch(path, queryParams, (phase, obj) => filter(phase, obj, callback), done);
-      }
-    }
-    this.#informer = new ListWatch<KubernetesObject>(
-      opts.path,
-      new ValidatingWatch(opts.kubeConfig),
-      () => this.#list(),
-      false,
-      opts.labelSelector,
-      opts.fieldSelector,
-    );
-    const changed = (): void => {
-      try {
-        opts.onChange();
-      } catch (err) {
-        opts.onError(err);
-      }
-    };
-    this.#informer.on("add", changed);
-    this.#informer.on("update", changed);
-    this.#informer.on("delete", changed);
-    // A successful (re)connect resets the backoff.
-    this.#informer.on("connect", () => {
-      this.#restartDelayMs = opts.restartDelayMs ?? 1000;
-    });
-    this.#informer.on("error", (err: unknown) => {
-      opts.onError(err);
-      this.#scheduleRestart();
-    });
   }
 
   /** Whether a list has succeeded since start: until then objects() may lack objects that exist. */
@@ -94,96 +73,163 @@ export class ValidatedListWatch<T> {
     return this.#listed;
   }
 
-  /** Lists once and starts watching; resolves after the first list, even if it failed (it is retried). */
+  /** The objects held now, as validated. */
+  objects(): T[] {
+    return [...this.#objects.values()];
+  }
+
+  /**
+   * Lists and goes on watching; resolves once the first list and watch were
+   * answered (no change after it is missed), or one failed (it is retried).
+   */
   async start(): Promise<void> {
-    this.#stopped = false;
-    await this.#informer.start();
+    if (this.#running !== null) return;
+    const abort = new AbortController();
+    this.#abort = abort;
+    let firstTried!: () => void;
+    const tried = new Promise<void>((resolve) => (firstTried = resolve));
+    this.#running = this.#run(abort.signal, firstTried);
+    await tried;
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
-    clearTimeout(this.#restartTimer);
-    await this.#informer.stop();
+    this.#abort?.abort();
+    await this.#running;
+    this.#running = null;
   }
 
-  /** The objects held now, as validated. */
-  objects(): T[] {
-    return this.#informer.list() as unknown as T[];
+  async #run(signal: AbortSignal, firstTried: () => void): Promise<void> {
+    const initialDelay = this.#opts.restartDelayMs ?? 1000;
+    let delay = initialDelay;
+    while (!signal.aborted) {
+      try {
+        await this.#list(signal);
+        for (;;) {
+          await this.#watch(signal, () => {
+            delay = initialDelay;
+            firstTried();
+          });
+          if (signal.aborted) return;
+        }
+      } catch (err) {
+        firstTried();
+        if (signal.aborted) return;
+        if (err instanceof Expired) continue;
+        this.#opts.onError(err);
+        try {
+          await sleep(delay, undefined, { signal });
+        } catch {
+          return; // stopped while waiting
+        }
+        delay = Math.min(delay * 2, MAX_RESTART_DELAY_MS);
+      }
+    }
   }
 
-  #scheduleRestart(): void {
-    if (this.#stopped) return;
-    clearTimeout(this.#restartTimer);
-    const delay = this.#restartDelayMs;
-    this.#restartDelayMs = Math.min(delay * 2, MAX_RESTART_DELAY_MS);
-    this.#restartTimer = setTimeout(() => {
-      if (this.#stopped) return;
-      this.#informer.start().catch((err: unknown) => this.#opts.onError(err));
-    }, delay);
-    this.#restartTimer.unref();
+  #selectors(): Record<string, string | undefined> {
+    return { fieldSelector: this.#opts.fieldSelector, labelSelector: this.#opts.labelSelector };
   }
 
-  #validate(raw: unknown): KubernetesObject | null {
+  async #list(signal: AbortSignal): Promise<void> {
+    const listed = ListSchema.safeParse(await this.#opts.api.get(this.#opts.path, this.#selectors(), signal));
+    if (!listed.success) throw new KubernetesApiError(`GET ${this.#opts.path}: not a list: ${listed.error.issues[0]?.message ?? ""}`, 200);
+    this.#objects.clear();
+    for (const raw of listed.data.items ?? []) {
+      const item = this.#validate(raw);
+      if (item === null) continue;
+      if (this.#objects.size >= this.#opts.maxObjects) {
+        this.#opts.onCapacity();
+        continue;
+      }
+      this.#objects.set(keyOf(item), item);
+    }
+    this.#resourceVersion = listed.data.metadata?.resourceVersion ?? "";
+    this.#listed = true;
+    this.#changed();
+  }
+
+  /** One watch, until the server ends it; `answered` is called once the server accepted it. */
+  async #watch(signal: AbortSignal, answered: () => void): Promise<void> {
+    const [low, high] = WATCH_TIMEOUT_S;
+    const timeoutS = low + Math.floor(Math.random() * (high - low));
+    // Bounds a watch whose connection died without a word from either side.
+    const watchSignal = AbortSignal.any([signal, AbortSignal.timeout(timeoutS * 1000 + WATCH_GRACE_MS)]);
+    const query = {
+      ...this.#selectors(),
+      resourceVersion: this.#resourceVersion,
+      allowWatchBookmarks: "true",
+      timeoutSeconds: String(timeoutS),
+    };
+    const started = Date.now();
+    let events = 0;
+    await this.#opts.api.watch(this.#opts.path, query, watchSignal, answered, (event) => {
+      events++;
+      this.#onEvent(event);
+    });
+    // A server that ends every watch at once would otherwise be asked again and again without a pause.
+    if (events === 0 && Date.now() - started < 1000) throw new KubernetesApiError(`watch ${this.#opts.path}: ended at once`, 200);
+  }
+
+  #onEvent(raw: unknown): void {
+    const event = EventSchema.safeParse(raw);
+    if (!event.success) throw new KubernetesApiError(`watch ${this.#opts.path}: not an event: ${JSON.stringify(raw).slice(0, 80)}`, 200);
+    const { type, object } = event.data;
+    switch (type) {
+      case "ADDED":
+      case "MODIFIED":
+      case "DELETED": {
+        this.#seenVersion(object);
+        const obj = this.#validate(object);
+        if (obj === null) return;
+        const key = keyOf(obj);
+        if (type === "DELETED") this.#objects.delete(key);
+        else if (!this.#objects.has(key) && this.#objects.size >= this.#opts.maxObjects) {
+          this.#opts.onCapacity();
+          return;
+        } else this.#objects.set(key, obj);
+        this.#changed();
+        return;
+      }
+      case "BOOKMARK":
+        this.#seenVersion(object);
+        return;
+      case "ERROR": {
+        const status = StatusSchema.safeParse(object);
+        const code = status.success ? (status.data.code ?? null) : null;
+        if (code === 410) throw new Expired();
+        const message = status.success ? (status.data.message ?? "") : "";
+        throw new KubernetesApiError(`watch ${this.#opts.path}: ${code ?? "error"} ${message}`.trim(), code);
+      }
+      default:
+        return;
+    }
+  }
+
+  /** The resourceVersion to watch from next, from any object that carries one, valid or not. */
+  #seenVersion(object: unknown): void {
+    const parsed = VersionOnlySchema.safeParse(object);
+    const version = parsed.success ? parsed.data.metadata?.resourceVersion : undefined;
+    if (version) this.#resourceVersion = version;
+  }
+
+  #validate(raw: unknown): T | null {
     const parsed = this.#opts.schema.safeParse(raw);
     if (!parsed.success) {
       this.#opts.onInvalid(parsed.error);
       return null;
     }
-    return parsed.data as KubernetesObject;
+    return parsed.data;
   }
 
-  async #list(): Promise<KubernetesListObject<KubernetesObject>> {
-    const listed = await this.#opts.list();
-    this.#listed = true;
-    const items: KubernetesObject[] = [];
-    for (const raw of listed.items ?? []) {
-      const item = this.#validate(raw);
-      if (item === null) continue;
-      if (items.length >= this.#opts.maxObjects) {
-        this.#opts.onCapacity();
-        continue;
-      }
-      items.push(item);
+  #changed(): void {
+    try {
+      this.#opts.onChange();
+    } catch (err) {
+      this.#opts.onError(err);
     }
-    return { items, metadata: { resourceVersion: listed.metadata?.resourceVersion ?? "" } };
   }
+}
 
-  #onWatchEvent(
-    phase: string,
-    raw: unknown,
-    deliver: (phase: string, obj: unknown, watchObj?: unknown) => void,
-  ): void {
-    let obj: unknown;
-    switch (phase) {
-      case "ADDED":
-      case "MODIFIED":
-      case "DELETED": {
-        obj = this.#validate(raw);
-        if (obj === null) return;
-        const meta = (obj as KubernetesObject).metadata;
-        const known = this.#informer.get(meta?.name ?? "", meta?.namespace) !== undefined;
-        if (phase !== "DELETED" && !known && this.#informer.list().length >= this.#opts.maxObjects) {
-          this.#opts.onCapacity();
-          return;
-        }
-        break;
-      }
-      case "BOOKMARK":
-      case "ERROR": {
-        // Only the fields ListWatch reads: a Status' code (410 → relist) and a bookmark's resourceVersion.
-        const r = typeof raw === "object" && raw !== null ? (raw as Record<string, unknown>) : {};
-        const meta = typeof r.metadata === "object" && r.metadata !== null ? (r.metadata as Record<string, unknown>) : {};
-        obj = {
-          code: typeof r.code === "number" ? r.code : undefined,
-          metadata: { resourceVersion: typeof meta.resourceVersion === "string" ? meta.resourceVersion : undefined },
-        };
-        break;
-      }
-      default:
-        return;
-    }
-    // ListWatch's handler is async: its rejection must not go unhandled.
-    const result: unknown = deliver(phase, obj);
-    if (result instanceof Promise) result.catch((err: unknown) => this.#opts.onError(err));
-  }
+function keyOf(obj: NamespacedObject): string {
+  return `${obj.metadata.namespace}/${obj.metadata.name}`;
 }

@@ -8,7 +8,6 @@ import type { AddressInfo } from "node:net";
 import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KubeConfig } from "@kubernetes/client-node";
 import { AgentMetrics } from "../../../../../src/telemetry/metrics.ts";
 import type { Logger } from "../../../../../src/telemetry/log.ts";
 import { KubernetesTargets, watchErrorReason, type KubeTarget } from "../../../../../src/sources/targets/kubernetes/kubernetesTargets.ts";
@@ -158,18 +157,11 @@ async function setup(t: TestContext, opts: { labelSelector?: string } = {}) {
   const api = new FakeApiserver();
   const server = await api.listen();
   const procRoot = await mkdtemp(join(tmpdir(), "lostwrite-proc-"));
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: "fake", server, skipTLSVerify: true }],
-    users: [{ name: "u" }],
-    contexts: [{ name: "c", cluster: "fake", user: "u" }],
-    currentContext: "c",
-  });
   const metrics = new AgentMetrics();
   const logLines: string[] = [];
   const targets = new KubernetesTargets({
     nodeName: "node-a",
-    kubeConfig: kc,
+    access: { server, source: "test" },
     procRoot,
     watchLabelSelector: opts.labelSelector ?? "",
     env: { KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" },
@@ -312,7 +304,7 @@ void test("span senders: the pods' addresses as listed and watched; before the f
 
 void test("an invalid node name is refused with the value quoted", () => {
   assert.throws(
-    () => new KubernetesTargets({ nodeName: "", kubeConfig: new KubeConfig(), metrics: new AgentMetrics(), log: silentLogger([]) }),
+    () => new KubernetesTargets({ nodeName: "", access: { server: "http://127.0.0.1:1", source: "test" }, metrics: new AgentMetrics(), log: silentLogger([]) }),
     /nodeName "" is not a valid node name/,
   );
 });
