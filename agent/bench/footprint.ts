@@ -4,7 +4,7 @@
 //
 // USAGE: npm run build && npm run bench:footprint -- [--settle S] [--window S]
 //          [--slice S] [--sends N] [--variants sockets,syscalls] [--no-snapshot] [--no-floor]
-//          [--rest S] [--baseline DIR]
+//          [--rest S] [--baseline DIR] [--kubernetes]
 //        (root, bpftrace, gcc)
 //
 // WHAT RUNS. The compiled agent (dist/, from `npm run build`; this bench
@@ -12,8 +12,9 @@
 // as deploy/Dockerfile starts it: `node dist/agent/src/cli.js agent` with
 // NODE_ENV=production and NODE_OPTIONS=--max-semi-space-size=2, and the
 // flags deploy/base/daemonset.yaml passes (all three listeners on, Go probes
-// on by default), on loopback ports here; --kubernetes is left out (no
-// cluster), so the Kubernetes client, which that flag loads, is not counted.
+// on by default), on loopback ports here; --kubernetes only with this
+// bench's --kubernetes (the mix's agent then lists and watches a real
+// kube-apiserver started here), else its watches are not counted.
 // The target is a real process: the C send loop of probeCostLoop.c,
 // connected to a loopback server that the agent is given as --apiserver,
 // sending N 100-byte messages once a second (--sends, 0 for none) — an
@@ -51,6 +52,7 @@ import { median } from "./costTable.ts";
 import { buildMixBinaries, MIX_TARGET_COMM, mixSteps, startMixApiserver, waitForMetric, type MixBinaries } from "./footprintMix.ts";
 import { compileLoops, SendLoop, startServer, type LineProcess } from "./loopProcesses.ts";
 import { textTable } from "./textTable.ts";
+import { startControlPlane } from "../../testbed/controlplane/controlPlane.ts";
 import { FLOOR_TRACEPOINTS, startBpftrace } from "./toolRun.ts";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -75,7 +77,11 @@ const USAGE = `usage: npm run bench:footprint -- [--settle S] [--window S] [--sl
   --rest S        the mix measured once more, S seconds after its last step (default 90: the agent
                   merges a kind's uprobe programs once its files have not changed for a minute), 0: not
   --baseline DIR  another checkout, built (npm run build there): its agent runs the mix first, in the
-                  same run, and the two are printed side by side`;
+                  same run, and the two are printed side by side
+  --kubernetes    the mix's agent also runs the DaemonSet's Kubernetes mode (--kubernetes: it lists
+                  and watches this node's pods and the apiserver's EndpointSlices) against a real
+                  kube-apiserver and etcd, started here (built from the Go module proxy on first use;
+                  not counted: they are the cluster's, not the agent's)`;
 
 interface Options {
   settle: number;
@@ -93,6 +99,8 @@ interface Options {
   rest: number;
   /** A checkout whose compiled agent (dist/) is measured first, in the same run, for a side-by-side table. */
   baseline: string | null;
+  /** Whether the mix's agent also runs Kubernetes mode, against a real kube-apiserver. */
+  kubernetes: boolean;
 }
 
 function options(): Options {
@@ -109,6 +117,7 @@ function options(): Options {
       interval: { type: "string" },
       rest: { type: "string" },
       baseline: { type: "string" },
+      kubernetes: { type: "boolean" },
       help: { type: "boolean" },
     },
     strict: true,
@@ -137,6 +146,7 @@ function options(): Options {
     interval: number("interval", values.interval, 2, 0.1),
     rest: number("rest", values.rest, 90, 0),
     baseline: values.baseline ?? null,
+    kubernetes: values.kubernetes ?? false,
   };
 }
 
@@ -435,14 +445,14 @@ interface AgentBuild {
   cli: string;
 }
 
-async function measureMix(opts: Options, dir: string, binaries: MixBinaries, build: AgentBuild): Promise<MixResult[]> {
+async function measureMix(opts: Options, dir: string, binaries: MixBinaries, build: AgentBuild, kubernetesArgs: string[]): Promise<MixResult[]> {
   const intervalMs = opts.interval * 1000;
   const server = await startMixApiserver(dir, intervalMs);
   const children: ChildProcess[] = [];
   const results: MixResult[] = [];
   let agent: Agent | null = null;
   try {
-    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM], `127.0.0.1:${server.api.port}`, dir, opts.snapshot, build.cli);
+    agent = await startAgent("sockets", ["--target-comm", MIX_TARGET_COMM, ...kubernetesArgs], `127.0.0.1:${server.api.port}`, dir, opts.snapshot, build.cli);
     const measure = async (step: string, attachSeconds: number | null, settle = opts.settle): Promise<void> => {
       process.stderr.write(`mix (${build.label}): ${step}; settling ${settle} s, then measuring ${opts.window} s\n`);
       await sleep(settle * 1000);
@@ -749,6 +759,7 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "lostwrite-footprint-"));
   const cpu = os.availableParallelism() - 1;
   const processes: LineProcess[] = [];
+  const stops: (() => Promise<void>)[] = [];
   try {
     const binary = compileLoops(dir);
     const server = await startServer(binary, cpu);
@@ -758,15 +769,23 @@ async function main(): Promise<void> {
     await target.ready();
     const apiserver = `127.0.0.1:${server.port}`;
     console.log(`lostwrite footprint: ${CLI.replace(`${repoRoot}/`, "")}, Node ${process.version}, NODE_OPTIONS=${IMAGE_NODE_OPTIONS}, ${execFileSync("bpftrace", ["--version"], { encoding: "utf8" }).trim()}, kernel ${os.release()}, ${os.availableParallelism()} CPUs`);
-    console.log(`target pid ${target.process.pid} -> apiserver ${apiserver}; listeners: /metrics, OTLP/HTTP, OTLP/gRPC (as the DaemonSet); no --kubernetes`);
+    console.log(`target pid ${target.process.pid} -> apiserver ${apiserver}; listeners: /metrics, OTLP/HTTP, OTLP/gRPC (as the DaemonSet); ${opts.kubernetes ? "the mix with --kubernetes (a real kube-apiserver)" : "no --kubernetes"}`);
     if (!opts.single) {
       process.stderr.write("mix: building the Go operators\n");
       const binaries = await buildMixBinaries(dir);
+      let kubernetesArgs: string[] = [];
+      if (opts.kubernetes) {
+        const started = Date.now();
+        const controlPlane = await startControlPlane({ log: (line) => process.stderr.write(`control plane: ${line}\n`) });
+        stops.push(() => controlPlane.stop());
+        process.stderr.write(`control plane: ready after ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+        kubernetesArgs = ["--kubernetes", "--kubeconfig", controlPlane.adminKubeconfigPath, "--node-name", "footprint-node"];
+      }
       const builds: AgentBuild[] = [...(opts.baseline === null ? [] : [baselineBuild(opts.baseline)]), { label: "this checkout", cli: CLI }];
       const runs: [AgentBuild, MixResult[], string][] = [];
       for (const build of builds) {
         const agentDir = mkdtempSync(path.join(dir, "agent-"));
-        runs.push([build, await measureMix(opts, agentDir, binaries, build), agentDir]);
+        runs.push([build, await measureMix(opts, agentDir, binaries, build, kubernetesArgs), agentDir]);
       }
       const floor = opts.floor ? await measureFloor(opts) : null;
       for (const [build, mix] of runs) for (const { step, rows } of mix) printRows(`the mix (${build.label}): ${step}`, rows, opts);
@@ -786,6 +805,7 @@ async function main(): Promise<void> {
     for (const [variant] of results) printHeap(variant, dir);
   } finally {
     for (const p of processes) p.kill();
+    for (const stop of stops) await stop();
     rmSync(dir, { recursive: true, force: true });
   }
 }

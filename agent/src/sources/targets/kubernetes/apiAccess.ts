@@ -41,7 +41,7 @@ export interface ApiAccess {
 }
 
 /** Where kubelet mounts a pod's ServiceAccount. */
-export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 const ClusterSchema = z.object({
   server: z.url(),

@@ -114,7 +114,8 @@ export class ValidatedListWatch<T extends NamespacedObject> {
       } catch (err) {
         firstTried();
         if (signal.aborted) return;
-        if (err instanceof Expired) continue;
+        // The version is gone: said in the stream, or as the watch's HTTP status.
+        if (err instanceof Expired || (err instanceof KubernetesApiError && err.statusCode === 410)) continue;
         this.#opts.onError(err);
         try {
           await sleep(delay, undefined, { signal });

@@ -81,16 +81,19 @@ void test("watches from the list's version, then from the last event or bookmark
     // The next one is told its version is too old.
     events({ type: "ERROR", object: { kind: "Status", code: 410, message: "too old resource version: 15 (20)" } }),
     json({ metadata: { resourceVersion: "20" }, items: [item("a", "18", "3"), item("b", "19")] }),
+    // And once as the watch's HTTP status.
+    json({ kind: "Status", code: 410, message: "too old resource version" }, 410),
+    json({ metadata: { resourceVersion: "30" }, items: [item("b", "19")] }),
   ]);
   const errors: unknown[] = [];
   const { lw, changes } = listWatch(t, new KubernetesApi({ server, source: "test" }), (err) => errors.push(err));
   await lw.start();
-  await until("the relist and the watch after it", () => requests.length >= 5);
+  await until("the relists and the watch after them", () => requests.length >= 7);
   const asked = requests.map((r) => `${r.query.get("watch") ?? "list"} ${r.query.get("resourceVersion") ?? ""}`.trim());
-  assert.deepEqual(asked, ["list", "true 10", "true 15", "list", "true 20"]);
+  assert.deepEqual(asked, ["list", "true 10", "true 15", "list", "true 20", "list", "true 30"]);
   for (const r of requests) assert.equal(r.query.get("fieldSelector"), "spec.nodeName=n");
   assert.equal(requests[1]!.query.get("allowWatchBookmarks"), "true");
-  assert.deepEqual(changes, [["a=1"], ["a=2"], ["a=3", "b=1"]]);
+  assert.deepEqual(changes, [["a=1"], ["a=2"], ["a=3", "b=1"], ["b=1"]]);
   assert.deepEqual(errors, [], "a 410 is a relist, not an error");
 });
 
