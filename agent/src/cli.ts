@@ -12,7 +12,7 @@ const FLAGS: { key: keyof Config; flag: string; help: string; repeatable?: boole
   { key: "target-cmdline", flag: "--target-cmdline <regex>", help: "watch processes whose command line matches" },
   { key: "kubernetes", flag: "--kubernetes", help: "watch operator pods on this node", boolean: true },
   { key: "watch-label-selector", flag: "--watch-label-selector <selector>", help: "with --kubernetes: also watch pods matching this label selector" },
-  { key: "kubeconfig", flag: "--kubeconfig <file>", help: "with --kubernetes outside a cluster: the kubeconfig to use" },
+  { key: "kubeconfig", flag: "--kubeconfig <file>", help: "with --kubernetes outside a cluster: the kubeconfig to use (a token or client certificate; credential plugins are refused)" },
   { key: "node-name", flag: "--node-name <name>", help: "node name for events (default: hostname)" },
   { key: "apiserver", flag: "--apiserver <host:port>", help: "an apiserver endpoint, IP:PORT (repeatable)", repeatable: true },
   { key: "listen", flag: "--listen <addr:port>", help: "/metrics, /healthz, /readyz, /events (default 127.0.0.1:9470)" },
