@@ -1,5 +1,6 @@
-// Reads a request body with a byte limit on the wire and, for gzip, a second
-// limit on the decompressed bytes, enforced while inflating: a gzip bomb is
+// Reads an HTTP message body (a request the agent receives, an answer it
+// gets) with a byte limit on the wire and, for gzip, a second limit on the
+// decompressed bytes, enforced while inflating: a gzip bomb is
 // stopped at the limit instead of being inflated into memory first.
 import type { IncomingMessage } from "node:http";
 import { createGunzip } from "node:zlib";

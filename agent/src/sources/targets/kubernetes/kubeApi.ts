@@ -10,6 +10,7 @@ import type * as Https from "node:https";
 import type { Agent, ClientRequest, IncomingMessage } from "node:http";
 import http from "../../../nodeHttp.ts";
 import { AGENT_VERSION } from "../../../version.ts";
+import { readBoundedBody } from "../../spans/boundedBody.ts";
 import type { ApiAccess } from "./apiAccess.ts";
 
 // Loaded like node:http (nodeHttp.ts says why require()).
@@ -149,16 +150,10 @@ export class KubernetesApi {
   }
 }
 
+/** The answer's body as text, at most `max` bytes; an answer that breaks or is larger is an error. */
 async function readBounded(res: IncomingMessage, max: number, what: string): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > max) {
-      res.destroy();
-      throw new KubernetesApiError(`${what}: the answer is over ${max} bytes`, res.statusCode ?? null);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString("utf8");
+  const body = await readBoundedBody(res, max, false);
+  if (body.ok) return body.decoded.toString("utf8");
+  res.destroy();
+  throw new KubernetesApiError(`${what}: ${body.detail}`, res.statusCode ?? null);
 }

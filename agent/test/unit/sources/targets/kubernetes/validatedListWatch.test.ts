@@ -24,6 +24,7 @@ async function scriptedServer(t: TestContext, script: ((req: IncomingMessage, re
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://x");
     requests.push({ query: url.searchParams, authorization: req.headers.authorization });
+    wake();
     const next = script.shift();
     if (next) next(req, res);
     else req.on("close", () => undefined); // further watches hang until the test stops
@@ -52,7 +53,10 @@ function listWatch(t: TestContext, api: KubernetesApi, onError: (err: unknown) =
     schema: Schema,
     fieldSelector: "spec.nodeName=n",
     maxObjects: 10,
-    onChange: () => changes.push(lw.objects().map((o) => `${o.metadata.name}=${o.data.value}`)),
+    onChange: () => {
+      changes.push(lw.objects().map((o) => `${o.metadata.name}=${o.data.value}`));
+      wake();
+    },
     onInvalid: () => undefined,
     onCapacity: () => undefined,
     onError,
@@ -65,12 +69,28 @@ function listWatch(t: TestContext, api: KubernetesApi, onError: (err: unknown) =
   return { lw, changes };
 }
 
-async function until(what: string, ok: () => boolean): Promise<void> {
-  const deadline = Date.now() + 5000;
-  while (!ok()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
+/** The checks of the waits in progress, run again whenever a request or a change arrives. */
+const waits = new Set<() => void>();
+const wake = (): void => {
+  for (const check of [...waits]) check();
+};
+
+/** Resolves once `ok()` holds, checked at each request and change; fails after 5 s. */
+function until(what: string, ok: () => boolean): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      waits.delete(check);
+      reject(new Error(`timed out waiting for ${what}`));
+    }, 5000);
+    function check(): void {
+      if (!ok()) return;
+      clearTimeout(timer);
+      waits.delete(check);
+      resolve();
+    }
+    waits.add(check);
+    check();
+  });
 }
 
 void test("watches from the list's version, then from the last event or bookmark; lists again on 410 Gone", async (t) => {
