@@ -44,6 +44,7 @@ import type { Logger } from "./telemetry/log.ts";
 import { AgentMetrics } from "./telemetry/metrics.ts";
 import { GoConnectionSockets } from "./sources/probe/adoptedConnections.ts";
 import { BpftraceSupervisor } from "./sources/probe/bpftraceSupervisor.ts";
+import { CompilerPages, pageoutHelper } from "./sources/probe/compilerPages.ts";
 import { parseEndpoint } from "./sources/probe/endpointKey.ts";
 import { EndpointSync } from "./sources/probe/endpointSync.ts";
 import type { ProbeRecord } from "./sources/probe/probeOutput.ts";
@@ -110,15 +111,17 @@ export async function startAgent(config: Config, log: Logger, options: StartOpti
   const otlp = new OtlpStage(config, metrics, recorder, spans.push, () => kube?.senders() ?? null, targets, log);
   // The Go operators' connections as their Go programs found them: the socket probe adopts each.
   const goConnections = new GoConnectionSockets(() => metrics.eventsDropped.inc({ stage: "go_connections", reason: "capacity" }));
+  // Every bpftrace's compiler paged out once it attached; they compile in turn for that.
+  const compilerPages = new CompilerPages({ helper: pageoutHelper(), metrics, log });
   const probe = new BpftraceSupervisor({
-    variant, bpftrace: config.bpftrace, metrics, log, agentHostPid: self.hostPid,
+    variant, bpftrace: config.bpftrace, metrics, log, agentHostPid: self.hostPid, compilerPages,
     goConnections: (pid) => goConnections.list(pid),
     // With rules that can match a program started later, every exec is traced at once.
     state: () => ({ targets: targets.pids(), requestLevel: graph.requestLevelPids(), endpoints: endpoints.current(), execWatch: newProgramsCanMatch(config), sendHookForRules: config["send-hook"] === "rules", unansweredMinBytes: config["unanswered-min-bytes"] }),
     ...(recorder ? { onLine: (line: string) => recorder.probeLine(line) } : {}),
     onInstance: () => graph.newProbeInstance(),
   });
-  const uprobes = new UprobeSources({ config, agentHostPid: self.hostPid, isTarget: (pid) => targets.identity(pid) !== undefined, goLines: graph, goConnections, records: probeRecords, recorder, metrics, log });
+  const uprobes = new UprobeSources({ config, agentHostPid: self.hostPid, compilerPages, isTarget: (pid) => targets.identity(pid) !== undefined, goLines: graph, goConnections, records: probeRecords, recorder, metrics, log });
   const removeFromKernel = async (pid: number): Promise<void> => {
     await probe.removeTarget(pid);
     await uprobes.unfollow(pid);

@@ -10,6 +10,7 @@ import type { AgentMetrics } from "../telemetry/metrics.ts";
 import { stage, type Stage } from "../stage.ts";
 import { GoProbes, type GoLines } from "./goHttp2/goProbes.ts";
 import type { GoConnectionSockets } from "./probe/adoptedConnections.ts";
+import type { CompilerPages } from "./probe/compilerPages.ts";
 import { FollowChannel } from "./probe/followChannel.ts";
 import type { ProbeRecord } from "./probe/probeOutput.ts";
 import { tracepointAvailable } from "./probe/probeProgram.ts";
@@ -35,6 +36,8 @@ interface UprobeSourcesOptions {
   recorder: RecordWriter | null;
   metrics: AgentMetrics;
   log: Logger;
+  /** Where every bpftrace takes its turn to compile (compilerPages.ts). */
+  compilerPages?: CompilerPages;
 }
 
 export class UprobeSources {
@@ -52,7 +55,10 @@ export class UprobeSources {
 
   constructor(opts: UprobeSourcesOptions) {
     const { config, recorder, log } = opts;
-    this.#host = new UprobeHost({ bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log });
+    this.#host = new UprobeHost({
+      bpftrace: config.bpftrace, agentHostPid: opts.agentHostPid, metrics: opts.metrics, log,
+      ...(opts.compilerPages ? { compilerPages: opts.compilerPages } : {}),
+    });
     const context = {
       follow: this.#follow,
       execWatch: newProgramsCanMatch(config),

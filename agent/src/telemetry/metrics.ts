@@ -186,6 +186,17 @@ export class AgentMetrics {
     help: "Go operators' apiserver connections the socket probe follows since their Go program found their socket, having not seen them open (it started after them).",
     registers: [this.registry],
   });
+  readonly probeCompilerPageOuts = new Counter({
+    name: "lostwrite_probe_compiler_page_outs_total",
+    help: "Page-outs of bpftrace's compiler code (LLVM, clang) once a program attached, by result (done, failed).",
+    labelNames: ["result"],
+    registers: [this.registry],
+  });
+  readonly probeCompilerPagedOutBytes = new Counter({
+    name: "lostwrite_probe_compiler_paged_out_bytes_total",
+    help: "Resident memory bpftrace processes gave back when their compiler code was paged out.",
+    registers: [this.registry],
+  });
   readonly probeRestarts = new Counter({
     name: "lostwrite_probe_restarts_total",
     help: "bpftrace restarts by the supervisor, by reason.",
@@ -339,6 +350,8 @@ export class AgentMetrics {
     this.probeUp.set(0);
     this.probeSendHook.set(0);
     this.probeAdoptedConnections.inc(0);
+    for (const result of ["done", "failed"]) this.probeCompilerPageOuts.inc({ result }, 0);
+    this.probeCompilerPagedOutBytes.inc(0);
     this.probeEventsLost.inc(0);
     for (const program of PROBE_PROGRAM_KINDS) this.probeMissedRuns.inc({ program }, 0);
     this.probeControlFailures.inc(0);

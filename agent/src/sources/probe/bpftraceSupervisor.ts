@@ -32,6 +32,7 @@ import { ControlChannel, ControlOp, encodeControl, endpointMessage, forgetSyscal
 import { kernelKeys, type EndpointKey } from "./endpointKey.ts";
 import { recursionMisses } from "./missedRuns.ts";
 import { parseProbeLine, type ProbeRecord } from "./probeOutput.ts";
+import type { CompilerPages } from "./compilerPages.ts";
 import { bpftraceEnv, renderProgram, type ProbeState, type ProbeVariant } from "./probeProgram.ts";
 import { sendHookNeed } from "./sendHook.ts";
 import type { GoConnectionSocket } from "./adoptedConnections.ts";
@@ -70,6 +71,8 @@ interface SupervisorOptions {
   agentHostPid: number;
   /** The Go operators' connections their Go programs found, of one process or all: each new socket probe is told them (adoptedConnections.ts). */
   goConnections?: (pid?: number) => GoConnectionSocket[];
+  /** Where bpftrace processes take turns to compile, and have their compiler paged out once attached (compilerPages.ts). */
+  compilerPages?: CompilerPages;
   /** How long no target must have needed the send hook before the socket probe is restarted without it. */
   sendHookDropDelayMs?: number;
   /** What lostwrite_probe_missed_runs_total calls this program (default "socket"). */
@@ -145,7 +148,8 @@ export function restartDelayMs({ healthy, restarts, maxBackoffMs }: RestartDelay
 
 export class BpftraceSupervisor {
   name = "probe";
-  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program" | "goConnections">> & Pick<SupervisorOptions, "onLine" | "program" | "goConnections">;
+  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program" | "goConnections" | "compilerPages">> &
+    Pick<SupervisorOptions, "onLine" | "program" | "goConnections" | "compilerPages">;
   private readonly control = new ControlChannel();
   private child: ResultPromise | undefined;
   private stopping = false;
@@ -177,6 +181,8 @@ export class BpftraceSupervisor {
    */
   private sendHookOnNextStart = false;
   private attachedAt = 0;
+  /** Ends the running instance's turn to compile (compilerPages.ts); a no-op once ended. */
+  private endTurn: () => void = () => {};
   private readonly acks = new Map<number, (acknowledged: boolean) => void>();
   private readyWaiters: { attached: () => void; stopped: () => void }[] = [];
   /** Messages waiting for an attached probe, oldest first (bounded: see sendConfirmed()). */
@@ -216,7 +222,7 @@ export class BpftraceSupervisor {
 
   async start(): Promise<void> {
     if (!this.opts.program) await this.control.open();
-    this.spawn();
+    await this.launch();
     await this.whenReady(this.opts.readyTimeoutMs);
     if (!this.stopping) this.watchdog = setInterval(() => void this.checkHeartbeat(), 1000);
   }
@@ -391,6 +397,23 @@ export class BpftraceSupervisor {
     child.kill("SIGINT");
   }
 
+  /** Spawns bpftrace once it is its turn to compile. */
+  private async launch(): Promise<void> {
+    const endTurn = (await this.opts.compilerPages?.turn()) ?? (() => {});
+    if (this.stopping) {
+      endTurn();
+      return;
+    }
+    this.endTurn = endTurn;
+    try {
+      this.spawn();
+    } catch (err) {
+      this.endTurn = () => {};
+      endTurn();
+      throw err;
+    }
+  }
+
   private spawn(): void {
     this.spawned = true;
     this.missesCounted = 0;
@@ -459,6 +482,8 @@ export class BpftraceSupervisor {
     }
     const record = parsed.record;
     if (record.type === "hello") {
+      // A combined program's every part says hello; the first is the program's.
+      if (!this.ready) this.compiled();
       this.lastBeat = Date.now();
       this.attachedAt = Date.now();
       this.ready = true;
@@ -484,6 +509,15 @@ export class BpftraceSupervisor {
       this.opts.metrics.probeEventsLost.inc(record.events);
     }
     if (this.recordListener(record, parsed.part, line)) this.opts.onLine?.(line);
+  }
+
+  /** The running instance attached: its compiler is paged out, and the next bpftrace may compile. */
+  private compiled(): void {
+    const endTurn = this.endTurn;
+    this.endTurn = () => {};
+    const pid = this.child?.pid;
+    if (this.opts.compilerPages && pid !== undefined) void this.opts.compilerPages.attached(pid).finally(endTurn);
+    else endTurn();
   }
 
   /** Adds what the kernel skipped of this instance's programs since the last tick (see missedRuns.ts). */
@@ -583,7 +617,10 @@ export class BpftraceSupervisor {
 
   private onExit(child: ResultPromise, code: number | undefined, signal: string | null): void {
     this.exited.add(child);
+    if (child.pid !== undefined) this.opts.compilerPages?.exited(child.pid);
     if (child !== this.child) return;
+    this.endTurn();
+    this.endTurn = () => {};
     this.ready = false;
     this.setUp(false);
     for (const resolve of this.acks.values()) resolve(false);
@@ -591,7 +628,7 @@ export class BpftraceSupervisor {
     if (this.stopping) return;
     if (this.stoppedForSendHook.has(child)) {
       // Counted as send_hook when stopped; started again at once.
-      this.restartTimer = setTimeout(() => this.respawn(), 0);
+      this.restartTimer = setTimeout(() => void this.respawn(), 0);
       return;
     }
     // A bpftrace the watchdog killed was counted as heartbeat_missed already.
@@ -605,12 +642,12 @@ export class BpftraceSupervisor {
     const delay = restartDelayMs({ healthy, restarts: this.restarts, maxBackoffMs: this.opts.maxBackoffMs });
     if (!healthy) this.restarts++;
     this.opts.log.warn("bpftrace exited; restarting", { program: this.name, code, signal, inMs: Math.round(delay), afterHealthyRun: healthy });
-    this.restartTimer = setTimeout(() => this.respawn(), delay);
+    this.restartTimer = setTimeout(() => void this.respawn(), delay);
   }
 
-  private respawn(): void {
+  private async respawn(): Promise<void> {
     try {
-      this.spawn();
+      await this.launch();
     } catch (err) {
       this.restarted("spawn_failed");
       this.opts.log.warn("bpftrace could not be started", { error: String(err) });

@@ -35,6 +35,7 @@
 import type { Logger } from "../../telemetry/log.ts";
 import type { AgentMetrics, ProbeRestartReason } from "../../telemetry/metrics.ts";
 import { BpftraceSupervisor } from "./bpftraceSupervisor.ts";
+import type { CompilerPages } from "./compilerPages.ts";
 import { combinePrograms } from "./combinedProgram.ts";
 import type { ProbeRecord } from "./probeOutput.ts";
 
@@ -84,6 +85,8 @@ interface UprobeHostOptions {
   agentHostPid: number;
   metrics: AgentMetrics;
   log: Logger;
+  /** Where the programs take turns to compile (compilerPages.ts). */
+  compilerPages?: CompilerPages;
   /** How long a (re)started program may take to attach (default 30 s). */
   readyTimeoutMs?: number;
   /** How long the files must stay unchanged before the programs are merged into one (default a minute). */
@@ -280,6 +283,7 @@ export class UprobeHost {
       state: () => ({ targets: [], endpoints: [], execWatch: false }),
       onInstance: () => {},
       readyTimeoutMs: this.#o.readyTimeoutMs,
+      ...(this.#o.compilerPages ? { compilerPages: this.#o.compilerPages } : {}),
       program: {
         // At every (re)start: each part with its processes of the moment
         // (all of them when none is left: such a program is being stopped).

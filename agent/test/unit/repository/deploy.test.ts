@@ -30,7 +30,7 @@ const ROOT = repoPath() + "/";
 
 // Each is shown needed on the kernel by agent/test/e2e/deployedPrivileges.test.ts
 // (the shape without it fails); that test's tables say why.
-const CAPABILITIES = ["BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE"];
+const CAPABILITIES = ["BPF", "PERFMON", "SYS_NICE", "SYS_PTRACE", "SYS_RESOURCE"];
 // No /sys/fs/cgroup: containers are mapped from /proc/<pid>/cgroup. No
 // /sys/kernel/btf: the container's own sysfs has it. No debugfs: tracefs is
 // mounted where it is.
@@ -253,10 +253,16 @@ void test("the kube-prometheus-stack overlay labels the ServiceMonitor and Prome
   assert.deepEqual(monitor.spec.endpoints.map((e) => e.port), service.spec.ports.map((p) => p.name));
 });
 
-void test("the image runs the built JavaScript through the lostwrite command on Node 24 slim with a pinned bpftrace", async () => {
+void test("the image runs the built JavaScript through the lostwrite command on Node 24 slim with a pinned bpftrace, and the page-out helper", async () => {
   const dockerfile = await readFile(`${ROOT}deploy/Dockerfile`, "utf8");
   const froms = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((m) => m[1]);
-  assert.ok(froms.length > 0 && froms.every((f) => /^node:24-[a-z]+-slim\b/.test(f ?? "")), froms.join(", "));
+  // The helper is built with Go in a stage of its own; everything else, and the image, is Node 24 slim.
+  assert.deepEqual(froms.filter((f) => !/^node:24-[a-z]+-slim\b/.test(f ?? "")), ["golang:1.26-bookworm"], froms.join(", "));
+  assert.match(froms.at(-1) ?? "", /^node:24-[a-z]+-slim$/);
+  // Where the agent looks for it (compilerPages.ts), from the sources the context lets in.
+  assert.match(dockerfile, /^COPY --from=pageout \/src\/lostwrite-pageout \.\/agent\/pageout\/lostwrite-pageout$/m);
+  assert.match(await readFile(`${ROOT}agent/src/sources/probe/compilerPages.ts`, "utf8"), /"agent\/pageout\/lostwrite-pageout"/);
+  assert.match(await readFile(`${ROOT}.dockerignore`, "utf8"), /^!agent\/pageout\/\*\.go$/m);
   assert.match(dockerfile, /BPFTRACE_VERSION=\d+\.\d+\.\d+-\d+/);
   assert.match(dockerfile, /"bpftrace=\$\{BPFTRACE_VERSION\}"/);
   assert.match(dockerfile, /npm ci --omit=dev/);

@@ -1,0 +1,3 @@
+module lostwrite/pageout
+
+go 1.19

@@ -1,0 +1,195 @@
+// What bpftrace keeps of its compiler. Every bpftrace maps LLVM and clang
+// (Debian's bpftrace: libLLVM-14, libclang-14) and runs about 73 MiB of their
+// code while it compiles its program, then never again: attached, it only reads
+// the kernel's buffers and prints. Those pages stay resident, and counted in
+// the agent's memory, until the kernel needs the memory back. Once a program
+// is attached, the agent asks the kernel to page them out of that bpftrace
+// (process_madvise MADV_PAGEOUT, through agent/pageout: Node cannot call it):
+// a lone socket probe went from 88 to 37 MiB resident.
+//
+// The kernel pages out only what no other process maps too: two bpftrace
+// compiling side by side map the same pages, which then stay in both for as
+// long as both live. So with page-out on, bpftrace processes take turns to
+// compile, one after the other (turn()); a program waits for the compile
+// before it, a second or two. A turn ends when its program attaches (and is
+// paged out) or exits, and after TURN_LIMIT_MS whatever happens, so a hung
+// compile holds no one up; whatever was left resident beside it is paged out
+// at the next attach, which pages out every attached bpftrace again.
+//
+// Without the helper, or without CAP_SYS_NICE (which process_madvise needs),
+// nothing is paged out and nobody waits: said once in the log, and the failure
+// is counted.
+import { execFile } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+import { dirAbove } from "../../installPaths.ts";
+import type { Logger } from "../../telemetry/log.ts";
+import type { AgentMetrics } from "../../telemetry/metrics.ts";
+
+const HELPER = "agent/pageout/lostwrite-pageout";
+/** The helper's exit code when the kernel refuses (EPERM): it will refuse every time. */
+const NOT_PERMITTED = 3;
+
+/** Longest a compile holds the others up; bpftrace 0.17 compiles the agent's programs in 1–3 s here. */
+const TURN_LIMIT_MS = 30_000;
+
+/** The compiler's shared objects, by file name (libLLVM-14.so.1, libclang-14.so.13, libclang-cpp.so.14). */
+const COMPILER_FILE = /^lib(LLVM|clang)[-.]/;
+
+/** The built helper, or null when it is not there (`npm run build:pageout` builds it). */
+export function pageoutHelper(): string | null {
+  const root = dirAbove(HELPER);
+  return root === null ? null : path.join(root, HELPER);
+}
+
+/**
+ * The compiler's code and read-only data in a /proc/<pid>/maps text, as
+ * `start-end` ranges. Writable mappings are left out: their written pages
+ * are the process's own (anonymous) and cannot be paged out without swap.
+ */
+export function compilerRanges(maps: string): string[] {
+  const ranges: string[] = [];
+  for (const line of maps.split("\n")) {
+    // start-end perms offset dev inode path
+    const [range, perms, , , , file] = line.trim().split(/\s+/);
+    if (!range || !perms || !file?.startsWith("/") || perms.includes("w")) continue;
+    if (COMPILER_FILE.test(path.basename(file))) ranges.push(range);
+  }
+  return ranges;
+}
+
+/** Resident bytes of process `pid` (its smaps_rollup Rss); null when it is gone. */
+async function residentBytes(procRoot: string, pid: number): Promise<number | null> {
+  try {
+    const rollup = await readFile(path.join(procRoot, String(pid), "smaps_rollup"), "utf8");
+    const kib = /^Rss:\s+(\d+) kB$/m.exec(rollup)?.[1];
+    return kib === undefined ? null : Number(kib) * 1024;
+  } catch {
+    return null;
+  }
+}
+
+type RunHelper = (helper: string, args: string[]) => Promise<void>;
+
+const runHelperFile: RunHelper = async (helper, args) => {
+  await promisify(execFile)(helper, args, { timeout: 10_000 });
+};
+
+interface CompilerPagesOptions {
+  /** The helper's path; null: page-out is off. */
+  helper: string | null;
+  metrics: Pick<AgentMetrics, "probeCompilerPageOuts" | "probeCompilerPagedOutBytes">;
+  log: Pick<Logger, "info" | "warn">;
+  procRoot?: string;
+  runHelper?: RunHelper;
+  turnLimitMs?: number;
+}
+
+/** One per agent, shared by every bpftrace it supervises. */
+export class CompilerPages {
+  readonly #o: Required<Omit<CompilerPagesOptions, "helper">>;
+  #helper: string | null;
+  #compiling = false;
+  readonly #waiting: (() => void)[] = [];
+  readonly #attached = new Set<number>();
+  /** Page-outs run one at a time: each reads the processes' memory before and after. */
+  #pagingOut: Promise<void> = Promise.resolve();
+
+  constructor(opts: CompilerPagesOptions) {
+    this.#o = { procRoot: "/proc", runHelper: runHelperFile, turnLimitMs: TURN_LIMIT_MS, ...opts };
+    this.#helper = opts.helper;
+    if (this.#helper === null) this.#o.log.info("bpftrace keeps its compiler's pages resident: the page-out helper is not built (npm run build:pageout)");
+  }
+
+  get enabled(): boolean {
+    return this.#helper !== null;
+  }
+
+  /**
+   * Resolves when this bpftrace may start compiling (at once while page-out is
+   * off); call the function it resolves with when it attached and was paged
+   * out, exited, or was not started after all. Calling it again does nothing.
+   */
+  async turn(): Promise<() => void> {
+    if (!this.enabled) return () => {};
+    if (this.#compiling) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    this.#compiling = true;
+    let ended = false;
+    const end = (): void => {
+      if (ended) return;
+      ended = true;
+      clearTimeout(limit);
+      this.#passTurn();
+    };
+    const limit = setTimeout(end, this.#o.turnLimitMs).unref();
+    return end;
+  }
+
+  /** The next waiting bpftrace compiles; none: nobody does. */
+  #passTurn(): void {
+    const next = this.#waiting.shift();
+    if (next) next();
+    else this.#compiling = false;
+  }
+
+  /** Pages out the compiler of `pid`, attached now, and again of every other attached bpftrace. */
+  attached(pid: number): Promise<void> {
+    this.#attached.add(pid);
+    const run = this.#pagingOut.then(() => this.#pageOutAll());
+    this.#pagingOut = run;
+    return run;
+  }
+
+  exited(pid: number): void {
+    this.#attached.delete(pid);
+  }
+
+  async #pageOutAll(): Promise<void> {
+    for (const pid of [...this.#attached]) {
+      if (!this.enabled) return;
+      await this.#pageOut(pid);
+    }
+  }
+
+  async #pageOut(pid: number): Promise<void> {
+    const helper = this.#helper;
+    if (helper === null) return;
+    let maps: string;
+    try {
+      maps = await readFile(path.join(this.#o.procRoot, String(pid), "maps"), "utf8");
+    } catch {
+      this.#attached.delete(pid);
+      return;
+    }
+    const ranges = compilerRanges(maps);
+    if (ranges.length === 0) return;
+    const before = await residentBytes(this.#o.procRoot, pid);
+    try {
+      await this.#o.runHelper(helper, [String(pid), ...ranges]);
+    } catch (err) {
+      // Gone meanwhile: nothing failed.
+      if ((await residentBytes(this.#o.procRoot, pid)) === null) return;
+      this.#o.metrics.probeCompilerPageOuts.inc({ result: "failed" });
+      const { code, stderr } = err as { code?: unknown; stderr?: string };
+      const error = stderr?.trim() || String(err);
+      // Not permitted (exit 3: no CAP_SYS_NICE) or not runnable: so it stays.
+      if (code === NOT_PERMITTED || typeof code === "string") {
+        this.#o.log.warn("cannot page out bpftrace's compiler: it stays resident, and bpftrace processes no longer take turns to compile", { pid, error });
+        this.#turnOff();
+      } else {
+        this.#o.log.warn("could not page out bpftrace's compiler; tried again at the next attach", { pid, error });
+      }
+      return;
+    }
+    this.#o.metrics.probeCompilerPageOuts.inc({ result: "done" });
+    const after = await residentBytes(this.#o.procRoot, pid);
+    if (before !== null && after !== null && after < before) this.#o.metrics.probeCompilerPagedOutBytes.inc(before - after);
+  }
+
+  /** A helper that fails once (no CAP_SYS_NICE) fails every time: stop asking, and stop making anyone wait. */
+  #turnOff(): void {
+    this.#helper = null;
+    for (const next of this.#waiting.splice(0)) next();
+  }
+}
