@@ -22,7 +22,8 @@ import { fileURLToPath } from "node:url";
 import { buildGoOperator } from "../../../testbed/go-operator/build.ts";
 import { goUnavailable } from "../../../testbed/goBuild.ts";
 import { agentEnv, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
-import { daemonSetShape, inDeployedShape, shapeWithout, type DaemonSetShape } from "./support/deployedShape.ts";
+import { compilerResidentMiB } from "./support/bpftraceMemory.ts";
+import { daemonSetShape, hostPidOfShapedAgent, inDeployedShape, shapeWithout, type DaemonSetShape } from "./support/deployedShape.ts";
 import { faultyApiserver, portOf } from "./support/faultyApiserver.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 
@@ -39,8 +40,8 @@ interface Need {
   why: string;
   /** What fails without it, in the agent's or doctor's own words. */
   without: RegExp;
-  /** How the failure shows: doctor's real checks, or the agent itself. */
-  seenBy: "doctor" | "agent";
+  /** How the failure shows: doctor's real checks, the agent itself, or the memory its bpftrace keeps (the agent works on). */
+  seenBy: "doctor" | "agent" | "memory";
 }
 
 const CAPABILITIES: Record<string, Need> = {
@@ -58,6 +59,11 @@ const CAPABILITIES: Record<string, Need> = {
   // Kernels >= 5.11 charge BPF memory to the cgroup, not to RLIMIT_MEMLOCK,
   // and this machine cannot grant it anyway: see its test below.
   sys_resource: { why: "setrlimit(RLIMIT_MEMLOCK): kernels 5.8-5.10 charge BPF maps to it", without: /RLIMIT_MEMLOCK|Operation not permitted/, seenBy: "doctor" },
+  sys_nice: {
+    why: "process_madvise(): the agent pages each bpftrace's compiler out once its program is attached",
+    without: /cannot page out bpftrace's compiler.*CAP_SYS_NICE/,
+    seenBy: "memory",
+  },
 };
 
 /** By volume name. */
@@ -151,9 +157,27 @@ describe("every capability and mount of the DaemonSet is needed, and is enough",
     return result.stdout + result.stderr;
   }
 
+  /** The compiler's resident MiB in each of the agent's bpftrace processes. */
+  const compilerOf = (agent: AgentProcess): Record<number, number> => compilerResidentMiB(hostPidOfShapedAgent(agent.child.pid!)!);
+
   async function assertFailsWithout(variant: DaemonSetShape, need: Need): Promise<void> {
     if (need.seenBy === "doctor") {
       assert.match(await doctorIn(variant), need.without);
+      return;
+    }
+    if (need.seenBy === "memory") {
+      const run = await agentIn(variant, null);
+      try {
+        assert.equal(run.goAttached, true, `nothing but memory depends on it:\n${run.log.slice(-3000)}`);
+        const agent = run.agent!;
+        await waitFor("the agent to say it cannot page out", () => need.without.test(agent.stderr.join("\n")), 30_000);
+        assert.equal(await agent.metric("lostwrite_probe_compiler_page_outs_total", { result: "failed" }), 1);
+        // Each bpftrace ran some 70 MiB of it to compile, and keeps it.
+        const resident = compilerOf(agent);
+        assert.ok(Object.keys(resident).length === 2 && Object.values(resident).every((mib) => mib >= 20), `compiler resident (MiB): ${JSON.stringify(resident)}`);
+      } finally {
+        await run.agent?.stop();
+      }
       return;
     }
     const run = await agentIn(variant, need.without);
@@ -176,6 +200,15 @@ describe("every capability and mount of the DaemonSet is needed, and is enough",
     try {
       assert.ok(run.started, run.log);
       assert.equal(run.goAttached, true, `the Go probe did not attach through /host/proc/<pid>/exe:\n${run.log.slice(-3000)}`);
+      // The socket probe and the Go program started together and compiled in
+      // turn: each one's compiler is paged out, none kept by the other's.
+      const paged = (resident: Record<number, number>): boolean => Object.keys(resident).length === 2 && Object.values(resident).every((mib) => mib < 4);
+      await waitFor("both bpftrace processes' compiler paged out", () => paged(compilerOf(run.agent!)), 30_000).catch(() => {
+        throw new Error(`compiler resident (MiB): ${JSON.stringify(compilerOf(run.agent!))}; agent log:\n${run.agent!.stderr.slice(-20).join("\n")}`);
+      });
+      assert.equal(await run.agent!.metric("lostwrite_probe_compiler_page_outs_total", { result: "failed" }), 0);
+      assert.ok((await run.agent!.metric("lostwrite_probe_compiler_paged_out_bytes_total")) > 2 * 40 * 2 ** 20);
+      // and the probes still count, paged out:
       const client = spawn("setpriv", ["--reuid", OTHER_UID, "--regid", OTHER_UID, "--clear-groups", path.join(dir, "lw-short"), SHORT_LIVED, String(portOf(apiserver)), "50", "300"], { stdio: "ignore" });
       await new Promise((resolve) => client.once("exit", resolve));
       const agent = run.agent!;
