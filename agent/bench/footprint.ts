@@ -36,9 +36,12 @@
 // running an empty program on the send tracepoint.
 //
 // HOW TO READ. A container's memory is its anonymous memory plus the file
-// pages it touched first: bpftrace's LLVM and clang text is most of its RSS,
-// file-backed, shared between bpftrace processes (PSS splits it) and
-// reclaimable under pressure; anon is what only a kill gives back.
+// pages it touched first: the LLVM and clang code a bpftrace ran to compile
+// is file-backed, shared between bpftrace processes (PSS splits it) and
+// reclaimable under pressure, and the agent pages it out of each bpftrace
+// once its program is attached (agent/src/sources/probe/compilerPages.ts;
+// an agent without that keeps it, most of its bpftrace's RSS); anon is what
+// only a kill gives back.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
@@ -46,6 +49,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { freeLoopbackPort } from "../src/loopbackPort.ts";
+import { CompilerPages, pageoutHelper } from "../src/sources/probe/compilerPages.ts";
+import { AgentMetrics } from "../src/telemetry/metrics.ts";
 import { cpuSeconds, descendants, liveComm, sleep } from "./agentRun.ts";
 import { bpfFdInfo } from "./bpfProgramStats.ts";
 import { median } from "./costTable.ts";
@@ -535,8 +540,9 @@ function printMix(label: string, results: MixResult[], floor: Row[] | null): voi
 /**
  * The floor under the agent's footprint: Node running an empty timer with the
  * image's NODE_OPTIONS, and bpftrace running an empty program on the send
- * tracepoint (LLVM and clang loaded, one program attached). Measured like a
- * variant; no agent can hold less than these two.
+ * tracepoint (LLVM and clang loaded, one program attached), its compiler
+ * paged out once attached as the agent does (compilerPages.ts). Measured like
+ * a variant; no agent can hold less than these two.
  */
 /** The floor's resident memory with each file once, taken at the end of its window. */
 let floorResident = NaN;
@@ -551,6 +557,8 @@ async function measureFloor(opts: Options): Promise<Row[]> {
     throw err;
   });
   try {
+    const pages = new CompilerPages({ helper: pageoutHelper(), metrics: new AgentMetrics(), log: { info: (message) => process.stderr.write(`floor: ${message}\n`), warn: (message) => process.stderr.write(`floor: ${message}\n`) } });
+    await pages.attached(bpftrace.bpftrace()[0]!);
     process.stderr.write(`floor: ready; settling ${opts.settle} s, then measuring ${opts.window} s\n`);
     await sleep(opts.settle * 1000);
     const processes = [

@@ -5,6 +5,7 @@ import path from "node:path";
 import { execa } from "execa";
 import { REQUIRED_TRACEPOINTS, bpftraceEnv, chooseVariant, tracepointAvailable } from "./sources/probe/probeProgram.ts";
 import { TLS_TRACEPOINT } from "./sources/tls/tlsProbeProgram.ts";
+import { pageoutHelper } from "./sources/probe/compilerPages.ts";
 import { readAgentIdentity } from "./sources/targets/agentIdentity.ts";
 import { parseCgroupFile } from "./sources/targets/cgroup.ts";
 
@@ -16,7 +17,9 @@ interface Check {
 }
 
 // Capability bits (linux/capability.h) the probe needs.
-const CAPS: Record<string, number> = { CAP_SYS_ADMIN: 21, CAP_SYS_PTRACE: 19, CAP_DAC_READ_SEARCH: 2, CAP_PERFMON: 38, CAP_BPF: 39 };
+const CAPS: Record<string, number> = { CAP_SYS_ADMIN: 21, CAP_SYS_PTRACE: 19, CAP_DAC_READ_SEARCH: 2, CAP_PERFMON: 38, CAP_BPF: 39, CAP_SYS_NICE: 23 };
+/** Checks whose failure costs memory or one kind of answer, not the agent's work. */
+const NOT_FATAL = new Set(["tracepoints (sockets)", "tracepoints (syscalls)", "TLS answers", "compiler page-out"]);
 
 function effectiveCaps(): bigint | null {
   const line = readFileSync("/proc/self/status", "utf8").split("\n").find((l) => l.startsWith("CapEff:"));
@@ -160,6 +163,16 @@ export async function collectChecks(bpftrace: string, procRoot = "/proc"): Promi
         ? {}
         : { fix: "grant CAP_SYS_PTRACE so /proc/<pid>/exe of operators running as other users opens: without it their Go requests are not followed, only their sockets" }),
     });
+    const helper = pageoutHelper();
+    const pageOut = helper !== null && has("CAP_SYS_NICE");
+    checks.push({
+      name: "compiler page-out",
+      ok: pageOut,
+      detail: pageOut ? `${helper} and CAP_SYS_NICE present` : helper === null ? "the page-out helper is not built" : "CAP_SYS_NICE missing",
+      ...(pageOut
+        ? {}
+        : { fix: `${helper === null ? "build it (npm run build:pageout)" : "grant CAP_SYS_NICE"}: without it each bpftrace keeps its compiler resident (about 50 MiB more each); nothing else changes` }),
+    });
   }
   checks.push(await attachCheck(bpftrace));
   checks.push(...hostProcChecks(procRoot));
@@ -173,6 +186,6 @@ export async function runDoctor(opts: { bpftrace: string; procRoot: string; out:
     if (!check.ok && check.fix) opts.out.write(`      fix: ${check.fix}\n`);
   }
   // The socket variant missing is not fatal when the fallback works, nor are TLS answers.
-  const fatal = checks.filter((c) => !c.ok && c.name !== "tracepoints (sockets)" && c.name !== "tracepoints (syscalls)" && c.name !== "TLS answers");
+  const fatal = checks.filter((c) => !c.ok && !NOT_FATAL.has(c.name));
   return fatal.length ? 1 : 0;
 }

@@ -47,7 +47,7 @@ export class UprobeSources {
   /**
    * The bpftrace of every probed file's program, Go binaries and OpenSSL
    * files alike: a bpftrace holds about 30 MiB of its own however small its
-   * program, and a file coming in never waits for the others' compile (its
+   * program, and a file coming in waits for no merge of the others (its
    * program starts alone, and joins the others once the files settle:
    * uprobeHost.ts).
    */

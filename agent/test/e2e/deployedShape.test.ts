@@ -8,7 +8,7 @@
 //   - Kubernetes: a pod's process labelled from the testbed apiserver's pod
 //     list, and the same pod after its container restarted with a new id the
 //     pod status does not name yet;
-//   - `lostwrite doctor` says the truth about the shape, and fails when the
+//   - `lostwrite doctor` says the truth about the shape (page-out included), and fails when the
 //     proc root is the pod's own.
 import assert from "node:assert/strict";
 import { execFile, execFileSync, spawn, spawnSync } from "node:child_process";
@@ -231,6 +231,8 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
     assert.match(good.stdout, /ok {4}bpftrace attaches/);
     assert.match(good.stdout, new RegExp(`ok {4}host /proc: ${shape.procRoot} is the host's`));
     assert.match(good.stdout, /ok {4}agent pid: own PID namespace: pid 1 here is host pid \d+/);
+    // The shape grants what bpftrace's compiler is paged out with.
+    assert.match(good.stdout, /ok {4}compiler page-out: \S+lostwrite-pageout and CAP_SYS_NICE present/);
     // The pod's own /proc shows none of the other pods' processes.
     const wrong = doctor("/proc");
     assert.equal(wrong.status, 1, wrong.stdout);

@@ -73,6 +73,8 @@ interface SupervisorOptions {
   goConnections?: (pid?: number) => GoConnectionSocket[];
   /** Where bpftrace processes take turns to compile, and have their compiler paged out once attached (compilerPages.ts). */
   compilerPages?: CompilerPages;
+  /** Nobody waits for this program's first compile (a merge of programs that run on meanwhile): every other compile goes first. A restart after it attached does not wait so. */
+  compileDeferrable?: boolean;
   /** How long no target must have needed the send hook before the socket probe is restarted without it. */
   sendHookDropDelayMs?: number;
   /** What lostwrite_probe_missed_runs_total calls this program (default "socket"). */
@@ -148,8 +150,8 @@ export function restartDelayMs({ healthy, restarts, maxBackoffMs }: RestartDelay
 
 export class BpftraceSupervisor {
   name = "probe";
-  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program" | "goConnections" | "compilerPages">> &
-    Pick<SupervisorOptions, "onLine" | "program" | "goConnections" | "compilerPages">;
+  private readonly opts: Required<Omit<SupervisorOptions, "onLine" | "program" | "goConnections" | "compilerPages" | "compileDeferrable">> &
+    Pick<SupervisorOptions, "onLine" | "program" | "goConnections" | "compilerPages" | "compileDeferrable">;
   private readonly control = new ControlChannel();
   private child: ResultPromise | undefined;
   private stopping = false;
@@ -399,7 +401,7 @@ export class BpftraceSupervisor {
 
   /** Spawns bpftrace once it is its turn to compile. */
   private async launch(): Promise<void> {
-    const endTurn = (await this.opts.compilerPages?.turn()) ?? (() => {});
+    const endTurn = (await this.opts.compilerPages?.turn(this.opts.compileDeferrable === true && !this.spawned)) ?? (() => {});
     if (this.stopping) {
       endTurn();
       return;

@@ -11,7 +11,9 @@
 // compiling side by side map the same pages, which then stay in both for as
 // long as both live. So with page-out on, bpftrace processes take turns to
 // compile, one after the other (turn()); a program waits for the compile
-// before it, a second or two. A turn ends when its program attaches (and is
+// running, a second or two (more for a merge of binaries with DWARF), and a
+// compile nobody waits for (a merge of uprobe programs, which run on
+// meanwhile) lets every other go first. A turn ends when its program attaches (and is
 // paged out) or exits, and after TURN_LIMIT_MS whatever happens, so a hung
 // compile holds no one up; whatever was left resident beside it is paged out
 // at the next attach, which pages out every attached bpftrace again.
@@ -92,6 +94,8 @@ export class CompilerPages {
   #helper: string | null;
   #compiling = false;
   readonly #waiting: (() => void)[] = [];
+  /** Compiles nobody waits for: after every one in #waiting. */
+  readonly #deferred: (() => void)[] = [];
   readonly #attached = new Set<number>();
   /** Page-outs run one at a time: each reads the processes' memory before and after. */
   #pagingOut: Promise<void> = Promise.resolve();
@@ -110,10 +114,11 @@ export class CompilerPages {
    * Resolves when this bpftrace may start compiling (at once while page-out is
    * off); call the function it resolves with when it attached and was paged
    * out, exited, or was not started after all. Calling it again does nothing.
+   * `deferrable`: nobody waits for this compile; every other goes first.
    */
-  async turn(): Promise<() => void> {
+  async turn(deferrable = false): Promise<() => void> {
     if (!this.enabled) return () => {};
-    if (this.#compiling) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    if (this.#compiling) await new Promise<void>((resolve) => (deferrable ? this.#deferred : this.#waiting).push(resolve));
     this.#compiling = true;
     let ended = false;
     const end = (): void => {
@@ -128,7 +133,7 @@ export class CompilerPages {
 
   /** The next waiting bpftrace compiles; none: nobody does. */
   #passTurn(): void {
-    const next = this.#waiting.shift();
+    const next = this.#waiting.shift() ?? this.#deferred.shift();
     if (next) next();
     else this.#compiling = false;
   }
@@ -190,6 +195,6 @@ export class CompilerPages {
   /** A helper that fails once (no CAP_SYS_NICE) fails every time: stop asking, and stop making anyone wait. */
   #turnOff(): void {
     this.#helper = null;
-    for (const next of this.#waiting.splice(0)) next();
+    for (const next of [...this.#waiting.splice(0), ...this.#deferred.splice(0)]) next();
   }
 }

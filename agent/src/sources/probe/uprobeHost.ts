@@ -8,9 +8,11 @@
 // bpftrace 0.17 cannot add probes to a running program, and compiling a Go
 // binary's probes takes seconds (more with DWARF, which bpftrace loads). So a
 // file appearing (not a process: those are follow messages) gets a program
-// of its own at once, in a bpftrace of its own, compiled beside whatever else
-// is compiling: its processes wait for their own file's compile and nothing
-// else (a one-shot kubectl is gone in a fraction of a second). Once the
+// of its own at once, in a bpftrace of its own, compiled as soon as no other
+// bpftrace compiles (they take turns, so that each one's compiler can be
+// paged out after: compilerPages.ts): its processes wait for their own
+// file's compile and at most the one running (a one-shot kubectl is gone in
+// a fraction of a second); a merge waiting to compile lets it go first. Once the
 // files have not changed for mergeAfterMs, the programs running are merged
 // into one: a compile of every file's probes, made while they run on; once
 // it attached they are retired and it reports from then. Its lines until
@@ -184,7 +186,7 @@ export class UprobeHost {
   async #startAlone(part: HostedPart): Promise<void> {
     const { log } = this.#o;
     const started = Date.now();
-    const program = this.#start(new Map([[part.id, part]]));
+    const program = this.#start(new Map([[part.id, part]]), false);
     const error = await program.attached;
     if (error !== null || this.#stopped || program.live().length === 0) {
       await this.#discard(program);
@@ -227,7 +229,8 @@ export class UprobeHost {
     metrics.uprobeProgramReloads.inc({ reason: old.length > 1 ? "merged" : "file_removed" });
     this.#merging = true;
     try {
-      const next = this.#start(parts);
+      // Nobody waits for it: a new file's program or a restart compiles first.
+      const next = this.#start(parts, true);
       const error = await next.attached;
       if (error !== null || this.#stopped || next.live().length === 0) {
         await this.#discard(next);
@@ -256,8 +259,9 @@ export class UprobeHost {
    * lines are kept, to be told at the switch as following from then, and the
    * rest dropped, being about requests the program running then also saw or
    * that began before the switch. `attached`: null once it attached, else why not.
+   * `deferrable`: nobody waits for its compile (a merge): others compile first.
    */
-  #start(parts: Map<number, HostedPart>): RunningProgram {
+  #start(parts: Map<number, HostedPart>, deferrable: boolean): RunningProgram {
     const list = [...parts.values()];
     const env: Record<string, string> = {};
     for (const part of list) Object.assign(env, part.env);
@@ -283,7 +287,7 @@ export class UprobeHost {
       state: () => ({ targets: [], endpoints: [], execWatch: false }),
       onInstance: () => {},
       readyTimeoutMs: this.#o.readyTimeoutMs,
-      ...(this.#o.compilerPages ? { compilerPages: this.#o.compilerPages } : {}),
+      ...(this.#o.compilerPages ? { compilerPages: this.#o.compilerPages, compileDeferrable: deferrable } : {}),
       program: {
         // At every (re)start: each part with its processes of the moment
         // (all of them when none is left: such a program is being stopped).

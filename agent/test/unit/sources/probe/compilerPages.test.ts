@@ -105,6 +105,18 @@ describe("CompilerPages", { timeout: 10_000 }, () => {
     fourth();
   });
 
+  it("lets a compile nobody waits for (a merge) go after every other waiting, even one that asked later", async () => {
+    const pages = new CompilerPages({ helper: "/pageout", metrics: new AgentMetrics(), log: silent, procRoot, runHelper: () => Promise.resolve() });
+    const order: string[] = [];
+    const first = await pages.turn();
+    const merge = pages.turn(true).then((end) => (order.push("merge"), end));
+    const newFile = pages.turn().then((end) => (order.push("new file"), end));
+    first();
+    (await newFile)();
+    (await merge)();
+    assert.deepEqual(order, ["new file", "merge"]);
+  });
+
   it("passes the turn on after the limit, so a compile that hangs holds nobody up", async () => {
     const pages = new CompilerPages({ helper: "/pageout", metrics: new AgentMetrics(), log: silent, procRoot, runHelper: () => Promise.resolve(), turnLimitMs: 20 });
     await pages.turn();
