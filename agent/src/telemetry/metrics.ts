@@ -194,7 +194,7 @@ export class AgentMetrics {
   });
   readonly probeCompilerPagedOutBytes = new Counter({
     name: "lostwrite_probe_compiler_paged_out_bytes_total",
-    help: "Resident memory bpftrace processes gave back when their compiler code was paged out.",
+    help: "Memory bpftrace processes gave back when their compiler code was paged out (its resident pages before, less after).",
     registers: [this.registry],
   });
   readonly probeRestarts = new Counter({

@@ -16,7 +16,8 @@
 // meanwhile) lets every other go first. A turn ends when its program attaches (and is
 // paged out) or exits, and after TURN_LIMIT_MS whatever happens, so a hung
 // compile holds no one up; whatever was left resident beside it is paged out
-// at the next attach, which pages out every attached bpftrace again.
+// at the next attach, which pages out every attached bpftrace again, and
+// every minute while some is left.
 //
 // Without the helper, or without CAP_SYS_NICE (which process_madvise needs),
 // nothing is paged out and nobody waits: said once in the log, and the failure
@@ -38,6 +39,15 @@ const TURN_LIMIT_MS = 30_000;
 
 /** The compiler's shared objects, by file name (libLLVM-14.so.1, libclang-14.so.13, libclang-cpp.so.14). */
 const COMPILER_FILE = /^lib(LLVM|clang)[-.]/;
+/** A mapping's first line in smaps: `start-end perms ...`. */
+const MAPPING = /^[0-9a-f]+-[0-9a-f]+ /;
+/**
+ * Less than this left resident is done. More is pages another process maps
+ * too (another bpftrace on the node, or one of the agent's that compiled
+ * beside it after a turn ran out): asked again every RETRY_MS until it went.
+ */
+const LEFT_BYTES = 4 * 1024 * 1024;
+const RETRY_MS = 60_000;
 
 /** The built helper, or null when it is not there (`npm run build:pageout` builds it). */
 export function pageoutHelper(): string | null {
@@ -46,27 +56,45 @@ export function pageoutHelper(): string | null {
 }
 
 /**
- * The compiler's code and read-only data in a /proc/<pid>/maps text, as
- * `start-end` ranges. Writable mappings are left out: their written pages
- * are the process's own (anonymous) and cannot be paged out without swap.
+ * The range of a /proc/<pid>/maps (or smaps) mapping line if it holds the
+ * compiler's code or read-only data. Writable mappings are left out: their
+ * written pages are the process's own (anonymous) and cannot be paged out
+ * without swap.
  */
-export function compilerRanges(maps: string): string[] {
-  const ranges: string[] = [];
-  for (const line of maps.split("\n")) {
-    // start-end perms offset dev inode path
-    const [range, perms, , , , file] = line.trim().split(/\s+/);
-    if (!range || !perms || !file?.startsWith("/") || perms.includes("w")) continue;
-    if (COMPILER_FILE.test(path.basename(file))) ranges.push(range);
-  }
-  return ranges;
+function compilerRange(line: string): string | null {
+  // start-end perms offset dev inode path
+  const [range, perms, , , , file] = line.trim().split(/\s+/);
+  if (!range || !perms || !file?.startsWith("/") || perms.includes("w")) return null;
+  return COMPILER_FILE.test(path.basename(file)) ? range : null;
 }
 
-/** Resident bytes of process `pid` (its smaps_rollup Rss); null when it is gone. */
-async function residentBytes(procRoot: string, pid: number): Promise<number | null> {
+/**
+ * The compiler's mappings in a /proc/<pid>/smaps text (a maps text gives the
+ * ranges alone): their `start-end` ranges, and the bytes of the files' own
+ * pages resident in them. Their anonymous pages (relocated data the loader
+ * made read-only after, about 10 MiB) are not counted: they cannot go.
+ */
+export function compilerMappings(smaps: string): { ranges: string[]; residentBytes: number } {
+  const ranges: string[] = [];
+  let residentBytes = 0;
+  let inCompiler = false;
+  for (const line of smaps.split("\n")) {
+    if (MAPPING.test(line)) {
+      const range = compilerRange(line);
+      inCompiler = range !== null;
+      if (range !== null) ranges.push(range);
+      continue;
+    }
+    const field = inCompiler ? /^(Rss|Anonymous):\s+(\d+) kB$/.exec(line) : null;
+    if (field) residentBytes += (field[1] === "Rss" ? 1 : -1) * Number(field[2]) * 1024;
+  }
+  return { ranges, residentBytes };
+}
+
+/** The compiler's mappings in process `pid`; null when it is gone. */
+async function compilerOf(procRoot: string, pid: number): Promise<{ ranges: string[]; residentBytes: number } | null> {
   try {
-    const rollup = await readFile(path.join(procRoot, String(pid), "smaps_rollup"), "utf8");
-    const kib = /^Rss:\s+(\d+) kB$/m.exec(rollup)?.[1];
-    return kib === undefined ? null : Number(kib) * 1024;
+    return compilerMappings(await readFile(path.join(procRoot, String(pid), "smaps"), "utf8"));
   } catch {
     return null;
   }
@@ -86,6 +114,7 @@ interface CompilerPagesOptions {
   procRoot?: string;
   runHelper?: RunHelper;
   turnLimitMs?: number;
+  retryMs?: number;
 }
 
 /** One per agent, shared by every bpftrace it supervises. */
@@ -99,9 +128,11 @@ export class CompilerPages {
   readonly #attached = new Set<number>();
   /** Page-outs run one at a time: each reads the processes' memory before and after. */
   #pagingOut: Promise<void> = Promise.resolve();
+  /** The next page-out of what was left resident, if one is due. */
+  #retry: NodeJS.Timeout | null = null;
 
   constructor(opts: CompilerPagesOptions) {
-    this.#o = { procRoot: "/proc", runHelper: runHelperFile, turnLimitMs: TURN_LIMIT_MS, ...opts };
+    this.#o = { procRoot: "/proc", runHelper: runHelperFile, turnLimitMs: TURN_LIMIT_MS, retryMs: RETRY_MS, ...opts };
     this.#helper = opts.helper;
     if (this.#helper === null) this.#o.log.info("bpftrace keeps its compiler's pages resident: the page-out helper is not built (npm run build:pageout)");
   }
@@ -151,30 +182,34 @@ export class CompilerPages {
   }
 
   async #pageOutAll(): Promise<void> {
+    let left = false;
     for (const pid of [...this.#attached]) {
       if (!this.enabled) return;
-      await this.#pageOut(pid);
+      left = (await this.#pageOut(pid)) || left;
+    }
+    if (left && this.#retry === null) {
+      this.#retry = setTimeout(() => {
+        this.#retry = null;
+        this.#pagingOut = this.#pagingOut.then(() => this.#pageOutAll());
+      }, this.#o.retryMs).unref();
     }
   }
 
-  async #pageOut(pid: number): Promise<void> {
+  /** Pages out what `pid` holds of the compiler; true when some is left resident. */
+  async #pageOut(pid: number): Promise<boolean> {
     const helper = this.#helper;
-    if (helper === null) return;
-    let maps: string;
-    try {
-      maps = await readFile(path.join(this.#o.procRoot, String(pid), "maps"), "utf8");
-    } catch {
+    if (helper === null) return false;
+    const before = await compilerOf(this.#o.procRoot, pid);
+    if (before === null) {
       this.#attached.delete(pid);
-      return;
+      return false;
     }
-    const ranges = compilerRanges(maps);
-    if (ranges.length === 0) return;
-    const before = await residentBytes(this.#o.procRoot, pid);
+    if (before.residentBytes < LEFT_BYTES) return false;
     try {
-      await this.#o.runHelper(helper, [String(pid), ...ranges]);
+      await this.#o.runHelper(helper, [String(pid), ...before.ranges]);
     } catch (err) {
       // Gone meanwhile: nothing failed.
-      if ((await residentBytes(this.#o.procRoot, pid)) === null) return;
+      if ((await compilerOf(this.#o.procRoot, pid)) === null) return false;
       this.#o.metrics.probeCompilerPageOuts.inc({ result: "failed" });
       const { code, stderr } = err as { code?: unknown; stderr?: string };
       const error = stderr?.trim() || String(err);
@@ -182,14 +217,16 @@ export class CompilerPages {
       if (code === NOT_PERMITTED || typeof code === "string") {
         this.#o.log.warn("cannot page out bpftrace's compiler: it stays resident, and bpftrace processes no longer take turns to compile", { pid, error });
         this.#turnOff();
-      } else {
-        this.#o.log.warn("could not page out bpftrace's compiler; tried again at the next attach", { pid, error });
+        return false;
       }
-      return;
+      this.#o.log.warn("could not page out bpftrace's compiler; asked again later", { pid, error });
+      return true;
     }
     this.#o.metrics.probeCompilerPageOuts.inc({ result: "done" });
-    const after = await residentBytes(this.#o.procRoot, pid);
-    if (before !== null && after !== null && after < before) this.#o.metrics.probeCompilerPagedOutBytes.inc(before - after);
+    const after = await compilerOf(this.#o.procRoot, pid);
+    if (after === null) return false;
+    if (after.residentBytes < before.residentBytes) this.#o.metrics.probeCompilerPagedOutBytes.inc(before.residentBytes - after.residentBytes);
+    return after.residentBytes >= LEFT_BYTES;
   }
 
   /** A helper that fails once (no CAP_SYS_NICE) fails every time: stop asking, and stop making anyone wait. */

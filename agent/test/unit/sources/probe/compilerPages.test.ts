@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, describe, it } from "node:test";
-import { CompilerPages, compilerRanges } from "../../../../src/sources/probe/compilerPages.ts";
+import { CompilerPages, compilerMappings } from "../../../../src/sources/probe/compilerPages.ts";
 import { AgentMetrics } from "../../../../src/telemetry/metrics.ts";
 
 // As /proc/<pid>/maps shows a bpftrace (Debian 12), trimmed.
@@ -31,14 +31,29 @@ const MAPS = `55d0c8a00000-55d0c8a5e000 r--p 00000000 08:01 1311 /usr/bin/bpftra
 
 const LLVM_AND_CLANG = ["7f1a2a400000-7f1a2b0f2000", "7f1a2b0f2000-7f1a2e54a000", "7f1a2e54a000-7f1a2f6d8000", "7f1a30000000-7f1a30400000", "7f1a30400000-7f1a31a00000"];
 
-describe("compilerRanges", { timeout: 10_000 }, () => {
+/** MAPS as smaps shows it: each compiler mapping with `compilerKib` resident, 64 KiB of it anonymous; every other mapping 100 KiB. */
+function smaps(compilerKib: number): string {
+  return MAPS.trim()
+    .split("\n")
+    .map((line) => {
+      const compiler = LLVM_AND_CLANG.includes(line.split(" ")[0]!);
+      return `${line}\nSize:            9999 kB\nRss:             ${compiler ? compilerKib : 100} kB\nPss:             1 kB\nAnonymous:       ${compiler ? 64 : 100} kB\nVmFlags: rd mr mw me\n`;
+    })
+    .join("");
+}
+
+describe("compilerMappings", { timeout: 10_000 }, () => {
   it("asks for LLVM's and clang's code and read-only data, not their written pages, other files, or anonymous memory", () => {
-    assert.deepEqual(compilerRanges(MAPS), LLVM_AND_CLANG);
+    assert.deepEqual(compilerMappings(MAPS), { ranges: LLVM_AND_CLANG, residentBytes: 0 });
   });
 
-  it("finds nothing in a process without the compiler, or in an empty maps file", () => {
-    assert.deepEqual(compilerRanges(MAPS.split("\n").filter((line) => !/lib(LLVM|clang)/.test(line)).join("\n")), []);
-    assert.deepEqual(compilerRanges(""), []);
+  it("counts the files' own pages resident in those mappings, not their anonymous ones", () => {
+    assert.deepEqual(compilerMappings(smaps(1088)), { ranges: LLVM_AND_CLANG, residentBytes: 5 * (1088 - 64) * 1024 });
+  });
+
+  it("finds nothing in a process without the compiler, or in an empty file", () => {
+    assert.deepEqual(compilerMappings(MAPS.split("\n").filter((line) => !/lib(LLVM|clang)/.test(line)).join("\n")), { ranges: [], residentBytes: 0 });
+    assert.deepEqual(compilerMappings(""), { ranges: [], residentBytes: 0 });
   });
 });
 
@@ -46,13 +61,13 @@ describe("CompilerPages", { timeout: 10_000 }, () => {
   const procRoot = mkdtempSync(path.join(os.tmpdir(), "lostwrite-compiler-pages-"));
   after(() => rmSync(procRoot, { recursive: true, force: true }));
 
-  function proc(pid: number, rssKib: number): void {
+  /** A process whose compiler mappings hold `compilerKib` each (64 of it anonymous). */
+  function proc(pid: number, compilerKib: number): void {
     mkdirSync(path.join(procRoot, String(pid)), { recursive: true });
-    writeFileSync(path.join(procRoot, String(pid), "maps"), MAPS);
-    setRss(pid, rssKib);
+    setCompiler(pid, compilerKib);
   }
-  function setRss(pid: number, rssKib: number): void {
-    writeFileSync(path.join(procRoot, String(pid), "smaps_rollup"), `55d0c8a00000-7ffd1c601000 ---p 00000000 00:00 0 [rollup]\nRss:            ${rssKib} kB\nPss:            ${rssKib} kB\n`);
+  function setCompiler(pid: number, compilerKib: number): void {
+    writeFileSync(path.join(procRoot, String(pid), "smaps"), smaps(compilerKib));
   }
   const silent = { info: () => {}, warn: () => {} };
   const gauge = async (metrics: AgentMetrics, name: string, labels = ""): Promise<number> => {
@@ -61,8 +76,8 @@ describe("CompilerPages", { timeout: 10_000 }, () => {
   };
 
   it("pages out an attached bpftrace's compiler, counts what it gave back, and pages out every attached one again at the next attach", async () => {
-    proc(101, 90_000);
-    proc(102, 88_000);
+    proc(101, 14_000);
+    proc(102, 12_000);
     const calls: string[][] = [];
     const metrics = new AgentMetrics();
     const pages = new CompilerPages({
@@ -70,20 +85,49 @@ describe("CompilerPages", { timeout: 10_000 }, () => {
       runHelper: (helper, args) => {
         assert.equal(helper, "/pageout");
         calls.push(args);
-        setRss(Number(args[0]), 37_000);
+        // What another process maps too stays: 2.5 MiB in all here, little enough.
+        setCompiler(Number(args[0]), 64 + 512);
         return Promise.resolve();
       },
     });
     await pages.attached(101);
     assert.deepEqual(calls, [["101", ...LLVM_AND_CLANG]]);
-    assert.equal(await gauge(metrics, "lostwrite_probe_compiler_paged_out_bytes_total"), (90_000 - 37_000) * 1024);
+    const paged = (kib: number): number => 5 * (kib - 512 - 64) * 1024;
+    assert.equal(await gauge(metrics, "lostwrite_probe_compiler_paged_out_bytes_total"), paged(14_000));
+    // 101 had little left: not asked again. What 102's compile touched of it (another process's pages) is asked again.
+    setCompiler(101, 3000);
     await pages.attached(102);
-    assert.deepEqual(calls.slice(1).map((args) => args[0]), ["101", "102"], "both attached processes paged out at the second attach");
-    assert.equal(await gauge(metrics, "lostwrite_probe_compiler_paged_out_bytes_total"), (90_000 - 37_000 + 88_000 - 37_000) * 1024);
+    assert.deepEqual(calls.slice(1).map((args) => args[0]), ["101", "102"], "every attached process paged out again at an attach");
+    assert.equal(await gauge(metrics, "lostwrite_probe_compiler_paged_out_bytes_total"), paged(14_000) + paged(3000) + paged(12_000));
+    await pages.attached(102);
+    assert.equal(calls.length, 3, "nothing left resident: nobody asked");
     assert.equal(await gauge(metrics, "lostwrite_probe_compiler_page_outs_total", '{result="done"}'), 3);
     pages.exited(101);
+    setCompiler(101, 14_000);
+    setCompiler(102, 14_000);
     await pages.attached(102);
     assert.deepEqual(calls.slice(3).map((args) => args[0]), ["102"], "an exited bpftrace is not asked for again");
+  });
+
+  it("asks again later while pages another process maps too are left resident", async () => {
+    proc(110, 14_000);
+    const calls: string[] = [];
+    let asked = (): void => {};
+    const pages = new CompilerPages({
+      helper: "/pageout", metrics: new AgentMetrics(), log: silent, procRoot, retryMs: 10,
+      runHelper: (_helper, args) => {
+        calls.push(args[0]!);
+        // The first time another process still maps most of it; then it went.
+        setCompiler(110, calls.length === 1 ? 10_000 : 64);
+        asked();
+        return Promise.resolve();
+      },
+    });
+    const askedAgain = new Promise<void>((resolve) => (asked = () => calls.length === 2 && resolve()));
+    await pages.attached(110);
+    await askedAgain;
+    assert.deepEqual(calls, ["110", "110"]);
+    pages.exited(110);
   });
 
   it("lets one bpftrace compile at a time, in the order they asked", async () => {
@@ -130,14 +174,14 @@ describe("CompilerPages", { timeout: 10_000 }, () => {
     assert.equal(pages.enabled, false);
     await pages.turn();
     await pages.turn();
-    proc(103, 90_000);
+    proc(103, 14_000);
     await pages.attached(103);
     assert.match(infos.join("\n"), /not built/);
   });
 
   it("a helper the kernel refuses (no CAP_SYS_NICE) turns page-out off: counted, said once, and the waiting compile goes ahead", async () => {
-    proc(104, 90_000);
-    proc(105, 90_000);
+    proc(104, 14_000);
+    proc(105, 14_000);
     const warnings: { message: string; fields: unknown }[] = [];
     const metrics = new AgentMetrics();
     let runs = 0;
@@ -163,7 +207,7 @@ describe("CompilerPages", { timeout: 10_000 }, () => {
   });
 
   it("a helper that fails otherwise is counted and asked again at the next attach", async () => {
-    proc(106, 90_000);
+    proc(106, 14_000);
     const metrics = new AgentMetrics();
     let runs = 0;
     const pages = new CompilerPages({
