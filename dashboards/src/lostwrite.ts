@@ -240,7 +240,7 @@ const agentHealth = [
     id: 20,
     title: "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures",
     description:
-      "bpftrace restarts by the agent's supervisor in the last 15 minutes (the window of alert LostwriteProbeRestarting, which fires above 2): exited, heartbeat_missed, spawn_failed, and send_hook (restarted to attach its send hook once a target needed it, or without it once none had for 10 s). Whether the send hook is attached now (1; 0 while every target is followed per request, lostwrite_probe_send_hook): every socket send of every process on the node pays it. Go operators' connections the socket probe took over from their Go programs, having started after them (lostwrite_probe_adopted_connections_total): after each restart, one per operator connection that carried a request since. Also target or endpoint changes the probe never acknowledged after every retry (lostwrite_probe_control_failures_total): the kernel may be missing a target; /readyz fails meanwhile. And failed lists and watches of Kubernetes mode (lostwrite_kubernetes_watch_errors_total): forbidden or unauthorized means the agent's ServiceAccount lacks a permission, and the agent no longer learns of new pods or apiserver endpoints.",
+      "bpftrace restarts by the agent's supervisor in the last 15 minutes (the window of alert LostwriteProbeRestarting, which fires above 2): exited, heartbeat_missed, spawn_failed, and send_hook (restarted to attach its send hook once a target needed it, or without it once none had for 10 s). Whether the send hook is attached now (1; 0 while every target is followed per request, lostwrite_probe_send_hook): every socket send of every process on the node pays it. Go operators' connections the socket probe took over from their Go programs, having started after them (lostwrite_probe_adopted_connections_total): after each restart, one per operator connection that carried a request since. Also target or endpoint changes the probe never acknowledged after every retry (lostwrite_probe_control_failures_total): the kernel may be missing a target; /readyz fails meanwhile. And failed lists and watches of Kubernetes mode (lostwrite_kubernetes_watch_errors_total): forbidden or unauthorized means the agent's ServiceAccount lacks a permission, and the agent no longer learns of new pods or apiserver endpoints. And page-outs of bpftrace's compiler that failed (lostwrite_probe_compiler_page_outs_total): the agent's log says why; without CAP_SYS_NICE each bpftrace keeps about 50 MiB more.",
     unit: "short",
     decimals: 0,
     at: { x: 8, y: 47, w: 8, h: 6 },
@@ -250,6 +250,7 @@ const agentHealth = [
       { expr: `sum by (node) (increase(lostwrite_probe_adopted_connections_total{${AGENT}}[15m]))`, legend: "{{node}} connections adopted" },
       { expr: `sum by (node) (increase(lostwrite_probe_control_failures_total{${AGENT}}[15m]))`, legend: "{{node}} change not acknowledged" },
       { expr: `sum by (node, resource, reason) (increase(lostwrite_kubernetes_watch_errors_total{${AGENT}}[15m]))`, legend: "{{node}} {{resource}} watch {{reason}}" },
+      { expr: `sum by (node) (increase(lostwrite_probe_compiler_page_outs_total{${AGENT}, result="failed"}[15m]))`, legend: "{{node}} compiler page-out failed" },
     ],
   }),
   tablePanel({
@@ -365,6 +366,15 @@ const agentHealth = [
       { expr: `sum by (node, reason) (increase(lostwrite_tls_probe_restarts_total{${AGENT}}[$__rate_interval]))`, legend: "{{node}} TLS restarts ({{reason}})" },
       { expr: `sum by (node, reason) (increase(lostwrite_uprobe_program_reloads_total{${AGENT}}[$__rate_interval]))`, legend: "{{node}} merges ({{reason}})" },
     ],
+  }),
+  timeseriesPanel({
+    id: 32,
+    title: "Memory bpftrace gave back: its compiler paged out",
+    description:
+      "What the agent's bpftrace processes gave back since the agent started, by having the LLVM and clang code they ran to compile (about 50 MiB each) paged out once their program attached. It grows with each bpftrace started (a restart, a new probed file, a merge). Flat at 0 on a node with bpftrace running means the page-out fails there (see the failures on the restarts panel). Source: lostwrite_probe_compiler_paged_out_bytes_total.",
+    unit: "bytes",
+    at: { x: 12, y: 74, w: 12, h: 7 },
+    queries: [{ expr: `sum by (node) (lostwrite_probe_compiler_paged_out_bytes_total{${AGENT}})`, legend: "{{node}}" }],
   }),
 ];
 
