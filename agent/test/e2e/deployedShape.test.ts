@@ -15,7 +15,7 @@ import { execFile, execFileSync, spawn, spawnSync } from "node:child_process";
 import { promisify } from "node:util";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, rmdir, symlink } from "node:fs/promises";
-import { readdirSync, readFileSync, realpathSync } from "node:fs";
+import { realpathSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { startApiserver, type Apiserver } from "../../../testbed/apiserver/apiserver.ts";
 import { agentEnv, startAgentProcess, waitFor, type AgentProcess } from "./support/agentProcess.ts";
 import { faultyApiserver } from "./support/faultyApiserver.ts";
+import { bpftraceChildren } from "./support/bpftraceMemory.ts";
 import { capabilityNames, daemonSetShape, hostPidOfShapedAgent, inDeployedShape } from "./support/deployedShape.ts";
 import { assertKernelRequirements, missingKernelRequirements } from "./support/kernelRequirements.ts";
 import { NODE, cgroup2Mount, control, kubernetesSlice, podFor, whyCannotRun } from "./support/kubeFixtures.ts";
@@ -193,16 +194,7 @@ describe("the agent in the DaemonSet's shape", { skip, timeout: 300_000 }, () =>
 
   it("applies a change made while bpftrace restarts, once the new one attaches", async () => {
     const agentPid = hostPidOfShapedAgent(agent.child.pid!)!;
-    const bpftraceOf = (): number | undefined =>
-      readdirSync(`/proc/${agentPid}/task`)
-        .flatMap((tid) => readFileSync(`/proc/${agentPid}/task/${tid}/children`, "utf8").split(" ").filter(Boolean).map(Number))
-        .find((pid) => {
-          try {
-            return readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "bpftrace";
-          } catch {
-            return false;
-          }
-        });
+    const bpftraceOf = (): number | undefined => bpftraceChildren(agentPid)[0];
     const bpftrace = bpftraceOf();
     assert.ok(bpftrace, "the agent's bpftrace");
     const moved = await faultyApiserver();

@@ -22,6 +22,10 @@
 // second). A restart forgets the connections the program knew; a new one
 // without the hook learns connections at connect, and is told the Go
 // operators' older ones, which their Go programs found (adoptedConnections.ts).
+//
+// Every bpftrace of the agent waits for its turn to compile, and once its
+// program is attached has the compiler it ran paged out (compilerPages.ts):
+// two compiling at once would keep each other's compiler pages resident.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
