@@ -58,6 +58,8 @@ const ZERO_BY_DESIGN = new Set([
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [D]",
   // Not in Kubernetes mode here.
   "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [E]",
+  // Failed page-outs of bpftrace's compiler: none where the agent may page out (the next panel shows what went).
+  "Probe restarts by reason, changes not acknowledged, Kubernetes watch failures [F]",
   "Kernel-dropped probe events and skipped probe runs/s [A]",
   "Kernel-dropped probe events and skipped probe runs/s [B]",
   "Probe parse errors/s",
