@@ -11,8 +11,9 @@
 // without swap), so a range of the wrong process costs that process page
 // faults, never data. Needs CAP_SYS_NICE, and ptrace read access to <pid>.
 // Exits 0 when every range was advised; otherwise prints why and exits 1,
-// 2 for a usage error, 3 when not permitted (no CAP_SYS_NICE, or no ptrace
-// read access to <pid>): that will not change while the caller runs.
+// 2 for a usage error, 3 when not permitted (EPERM: no CAP_SYS_NICE, or a
+// seccomp profile that refuses the call), which will not change while the
+// caller runs.
 package main
 
 import (
