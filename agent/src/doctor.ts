@@ -185,7 +185,7 @@ export async function runDoctor(opts: { bpftrace: string; procRoot: string; out:
     opts.out.write(`${check.ok ? "ok  " : "FAIL"}  ${check.name}: ${check.detail}\n`);
     if (!check.ok && check.fix) opts.out.write(`      fix: ${check.fix}\n`);
   }
-  // The socket variant missing is not fatal when the fallback works, nor are TLS answers.
+  // The socket variant missing is not fatal when the fallback works, nor are TLS answers or page-out.
   const fatal = checks.filter((c) => !c.ok && !NOT_FATAL.has(c.name));
   return fatal.length ? 1 : 0;
 }

@@ -34,7 +34,7 @@ const HELPER = "agent/pageout/lostwrite-pageout";
 /** The helper's exit code when the kernel refuses (EPERM): it will refuse every time. */
 const NOT_PERMITTED = 3;
 
-/** Longest a compile holds the others up; bpftrace 0.17 compiles the agent's programs in 1–3 s here. */
+/** Longest a compile holds the others up; bpftrace 0.17 attaches the agent's programs in 0.5–1.6 s here (bench:footprint). */
 const TURN_LIMIT_MS = 30_000;
 
 /** The compiler's shared objects, by file name (libLLVM-14.so.1, libclang-14.so.13, libclang-cpp.so.14). */
@@ -171,8 +171,14 @@ export class CompilerPages {
 
   /** Pages out the compiler of `pid`, attached now, and again of every other attached bpftrace. */
   attached(pid: number): Promise<void> {
+    if (!this.enabled) return Promise.resolve();
     this.#attached.add(pid);
-    const run = this.#pagingOut.then(() => this.#pageOutAll());
+    return this.#queuePageOut();
+  }
+
+  /** A page-out of every attached bpftrace after the one running; it never rejects (the supervisor does not wait to hear). */
+  #queuePageOut(): Promise<void> {
+    const run = this.#pagingOut.then(() => this.#pageOutAll()).catch((err: unknown) => this.#o.log.warn("compiler page-out failed", { error: String(err) }));
     this.#pagingOut = run;
     return run;
   }
@@ -190,7 +196,7 @@ export class CompilerPages {
     if (left && this.#retry === null) {
       this.#retry = setTimeout(() => {
         this.#retry = null;
-        this.#pagingOut = this.#pagingOut.then(() => this.#pageOutAll());
+        void this.#queuePageOut();
       }, this.#o.retryMs).unref();
     }
   }
